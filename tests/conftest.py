@@ -1,0 +1,21 @@
+"""Shared fixtures: tiny random checkpoints are written once per session."""
+
+import pytest
+import torch
+
+torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="session")
+def ckpt_factory(tmp_path_factory):
+    """make(name, **kwargs) -> folder; cached by name for the whole session."""
+    from wedlm.testing import make_hf_checkpoint
+
+    cache = {}
+
+    def make(name, **kwargs):
+        if name not in cache:
+            cache[name] = make_hf_checkpoint(tmp_path_factory.mktemp(name), **kwargs)
+        return cache[name]
+
+    return make

@@ -1,0 +1,1 @@
+"""The `wedlm` command line: thin wrappers that parse arguments and call the library."""

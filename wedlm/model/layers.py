@@ -1,0 +1,105 @@
+"""Building blocks of the Qwen-family decoder: RMSNorm, rotary embedding, SwiGLU MLP.
+
+RoPE takes explicit *logical* position ids of any order: Topological Reordering
+(wedlm-facts.md section 2, paper Eq. 5-6) moves tokens physically while their
+rotary phase keeps their logical position.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+from .config import ModelConfig, RopeConfig, yarn_mscale
+
+
+class RMSNorm(nn.Module):
+    """y = x / sqrt(mean(x^2) + eps) * weight, computed in float32 and cast back."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+class SwiGLU(nn.Module):
+    """down(silu(gate(x)) * up(x)); module names match the checkpoint tensors."""
+
+    def __init__(self, hidden: int, intermediate: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+def rope_inv_freq(rope: RopeConfig, head_dim: int) -> tuple[torch.Tensor, float]:
+    """Inverse frequencies [head_dim // 2] (float32) and the cos/sin scale factor.
+
+    default: theta^(-2i/d); linear: the same divided by `factor`; yarn: NTK-by-parts
+    blend of the two with a linear ramp between the correction dims for
+    `beta_fast` / `beta_slow` rotations (arXiv 2309.00071 section 3.2).
+    """
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim
+    base_freq = 1.0 / (rope.theta ** exponents)
+    if rope.rope_type == "default":
+        return base_freq, 1.0
+    if rope.rope_type == "linear":
+        return base_freq / rope.factor, 1.0
+    original = rope.original_max_position_embeddings or 4096
+    low = _yarn_correction_dim(rope.beta_fast, head_dim, rope.theta, original)
+    high = _yarn_correction_dim(rope.beta_slow, head_dim, rope.theta, original)
+    if rope.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, head_dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = ((torch.arange(head_dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+    extrapolation_weight = 1.0 - ramp
+    inv_freq = (base_freq / rope.factor) * ramp + base_freq * extrapolation_weight
+    if rope.attention_factor is not None:
+        scale = float(rope.attention_factor)
+    elif rope.mscale and rope.mscale_all_dim:
+        scale = yarn_mscale(rope.factor, rope.mscale) / yarn_mscale(rope.factor, rope.mscale_all_dim)
+    else:
+        scale = yarn_mscale(rope.factor)
+    return inv_freq, scale
+
+
+def _yarn_correction_dim(rotations: float, dim: int, base: float, max_pos: int) -> float:
+    return (dim * math.log(max_pos / (rotations * 2 * math.pi))) / (2 * math.log(base))
+
+
+class RotaryEmbedding(nn.Module):
+    """Computes (cos, sin) for explicit position ids; shared by all layers."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        inv_freq, scale = rope_inv_freq(config.rope, config.head_dim)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.scale = scale
+
+    def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions: int64 [...] logical positions -> cos, sin [..., head_dim] in `dtype`."""
+        freqs = positions.to(torch.float32)[..., None] * self.inv_freq  # [..., head_dim/2]
+        angles = torch.cat((freqs, freqs), dim=-1)  # [..., head_dim]
+        return (angles.cos() * self.scale).to(dtype), (angles.sin() * self.scale).to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE. x: [..., heads, head_dim]; cos/sin: [..., head_dim]."""
+    cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)  # broadcast over heads
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin

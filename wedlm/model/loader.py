@@ -1,0 +1,169 @@
+"""Load and save HF-format checkpoints: `config.json` + safetensors (single or sharded).
+
+Errors are `CheckpointError`s that name the file and the tensor, never a
+traceback from inside torch or safetensors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from .config import ConfigError, ModelConfig
+from .layers import RotaryEmbedding
+from .qwen import QwenForCausalLM
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+          "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+_IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be loaded; the message names the file and tensor."""
+
+
+def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
+    """"float32" / "bfloat16" / "float16" (or a torch dtype) -> torch dtype; None -> float32.
+
+    Raises:
+        ValueError: any other name.
+    """
+    if dtype is None:
+        return torch.float32
+    if isinstance(dtype, torch.dtype):
+        if dtype not in DTYPES.values():
+            raise ValueError(f"dtype={dtype} is not supported; use float32, bfloat16 or float16")
+        return dtype
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype={dtype!r} is not supported; use one of {sorted(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def weight_files(path: Path) -> dict[str, Path]:
+    """Map tensor name -> safetensors file holding it.
+
+    Raises:
+        CheckpointError: no weights, an unreadable index, or a shard named by the index missing.
+    """
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            raise CheckpointError(f"{index}: not a valid safetensors index ({err})") from None
+        files = {name: path / shard for name, shard in weight_map.items()}
+        for shard in sorted(set(files.values())):
+            if not shard.is_file():
+                raise CheckpointError(f"{shard}: shard listed in {index.name} is missing")
+        return files
+    single = path / "model.safetensors"
+    if not single.is_file():
+        raise CheckpointError(f"{path}: no model.safetensors or model.safetensors.index.json found")
+    return {name: single for name in _tensor_names(single)}
+
+
+def _tensor_names(file: Path) -> list[str]:
+    try:
+        with safe_open(str(file), framework="pt") as f:
+            return list(f.keys())
+    except Exception as err:  # safetensors raises its own error types for bad headers
+        raise CheckpointError(f"{file}: unreadable safetensors file ({err})") from None
+
+
+def _read_tensors(files: dict[str, Path], wanted: dict[str, torch.Size]) -> dict[str, torch.Tensor]:
+    by_file: dict[Path, list[str]] = {}
+    for name in wanted:
+        by_file.setdefault(files[name], []).append(name)
+    out = {}
+    for file, names in by_file.items():
+        try:
+            with safe_open(str(file), framework="pt") as f:
+                for name in names:
+                    out[name] = f.get_tensor(name)
+        except CheckpointError:
+            raise
+        except Exception as err:
+            raise CheckpointError(f"{file}: cannot read tensor ({err})") from None
+    for name, shape in wanted.items():
+        if tuple(out[name].shape) != tuple(shape):
+            raise CheckpointError(
+                f"{files[name]}: tensor {name} has shape {tuple(out[name].shape)}, "
+                f"the config expects {tuple(shape)}")
+    return out
+
+
+def load_model(path: str | Path, dtype: str | torch.dtype | None = "float32",
+               device: str | torch.device = "cpu") -> QwenForCausalLM:
+    """Build the model from a HF checkpoint folder.
+
+    Args:
+        path: folder with config.json and model.safetensors (or a sharded index).
+        dtype: float32, bfloat16 or float16.
+        device: "cpu", "cuda", "cuda:1", ...
+
+    Raises:
+        FileNotFoundError: the folder or config.json does not exist.
+        ConfigError: unsupported model_type / rope_scaling / sizes.
+        CheckpointError: a missing or truncated file, a missing tensor, a wrong shape.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: checkpoint folder does not exist")
+    config = ModelConfig.from_file(path)
+    torch_dtype = resolve_dtype(dtype)
+    files = weight_files(path)
+    with torch.device("meta"):
+        model = QwenForCausalLM(config)
+    expected = {n: p.shape for n, p in model.named_parameters()}  # tied lm_head is listed once
+    missing = [n for n in expected if n not in files]
+    if missing:
+        where = sorted({str(f) for f in files.values()})
+        raise CheckpointError(f"{', '.join(where)}: missing tensor(s) {missing[:5]}"
+                              + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))
+    tensors = _read_tensors(files, expected)
+    state = {n: t.to(device=device, dtype=torch_dtype) for n, t in tensors.items()}
+    model.load_state_dict(state, strict=False, assign=True)
+    if config.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    model.model.rotary = RotaryEmbedding(config).to(device)
+    model.eval()
+    return model
+
+
+def save_model(model: QwenForCausalLM, out_dir: str | Path, extra_config: dict | None = None) -> Path:
+    """Write config.json and model.safetensors into `out_dir` atomically (tmp file + rename).
+
+    `extra_config` entries are merged into config.json (e.g. training metadata).
+    Returns the folder.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    state = {n: p.detach().to("cpu").contiguous() for n, p in model.named_parameters()}
+    if model.config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    config = model.config.to_dict()
+    config["torch_dtype"] = str(model.dtype).removeprefix("torch.")
+    config.update(extra_config or {})
+    _atomic_write(out / "model.safetensors", lambda p: save_file(state, p, metadata={"format": "pt"}))
+    _atomic_write(out / "config.json", lambda p: Path(p).write_text(json.dumps(config, indent=2) + "\n"))
+    return out
+
+
+def _atomic_write(target: Path, write) -> None:
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+__all__ = ["CheckpointError", "ConfigError", "load_model", "save_model", "resolve_dtype", "weight_files"]

@@ -1,0 +1,64 @@
+"""Tokenizer, chat template and stop ids of a checkpoint folder (via transformers' AutoTokenizer).
+
+Stop ids follow what the released WeDLM/Qwen checkpoints use: the
+`eos_token_id` of generation_config.json (or config.json, or the tokenizer),
+plus `<|im_end|>` and `<|endoftext|>` when the vocabulary has them
+(wedlm-facts.md section 1).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
+MASK_TOKENS = ("<|mask|>", "[MASK]", "<mask>")
+
+
+def load_tokenizer(path: str | Path):
+    """`transformers.AutoTokenizer.from_pretrained(path)` with a clear error.
+
+    Raises:
+        FileNotFoundError: the folder has no tokenizer files.
+    """
+    from transformers import AutoTokenizer
+
+    path = Path(path)
+    if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json")):
+        raise FileNotFoundError(f"{path}: no tokenizer files (tokenizer.json / tokenizer_config.json)")
+    return AutoTokenizer.from_pretrained(str(path))
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """Parsed JSON object of `path`, or {} when the file does not exist."""
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def stop_token_ids(tokenizer, path: str | Path) -> list[int]:
+    """Sorted unique stop ids: generation_config/config eos ids, tokenizer eos, ChatML stops."""
+    path = Path(path)
+    ids: set[int] = set()
+    for source in (read_json(path / "generation_config.json"), read_json(path / "config.json")):
+        eos = source.get("eos_token_id")
+        if eos is not None:
+            ids.update([eos] if isinstance(eos, int) else eos)
+            break
+    if tokenizer is not None:
+        if tokenizer.eos_token_id is not None:
+            ids.add(tokenizer.eos_token_id)
+        vocab = tokenizer.get_vocab()
+        ids.update(vocab[t] for t in STOP_TOKENS if t in vocab)
+    return sorted(ids)
+
+
+def mask_token_id(tokenizer, config_mask_id: int | None) -> int | None:
+    """The [MASK] id: config.json's `mask_token_id`, else a mask token in the vocabulary."""
+    if config_mask_id is not None:
+        return config_mask_id
+    if tokenizer is None:
+        return None
+    if getattr(tokenizer, "mask_token_id", None) is not None:
+        return tokenizer.mask_token_id
+    vocab = tokenizer.get_vocab()
+    return next((vocab[t] for t in MASK_TOKENS if t in vocab), None)
