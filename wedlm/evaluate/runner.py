@@ -1,0 +1,128 @@
+"""Run evaluation tasks through the engine: accuracy with tokens/forward, p_cache and tok/s.
+
+What: `DecodeConfig` (decoder and its knobs), `render_prompts` (chat template or
+raw text, tokenised once), `evaluate_task` (generate in batches, score, aggregate)
+and `evaluate` (several tasks, one report dict).
+
+Why: quality and speed must come from the same generations so a setting's
+accuracy is read next to what it cost; the engine's per-request stats are
+summed with `metrics.aggregate` (Eq. 4).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+from tqdm import tqdm
+
+from .metrics import aggregate
+from .tasks import EvalItem, EvalTask
+
+DECODERS = ("wedlm", "ar", "blockwise", "verified")
+PROMPT_STYLES = ("auto", "chat", "raw")
+
+
+@dataclass(slots=True)
+class DecodeConfig:
+    """How to decode: `decoding` strategy, WeDLM threshold tau and distance penalty lambda.
+
+    `window_size` None keeps the engine's default; `temperature` 0 is greedy.
+    """
+
+    decoding: str = "wedlm"
+    tau: float = 0.4
+    lam: float = 0.02
+    window_size: int | None = None
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = 0
+
+    def __post_init__(self) -> None:
+        if self.decoding not in DECODERS:
+            raise ValueError(f"decoding must be one of {DECODERS}, got {self.decoding!r}")
+        if not 0.0 <= self.tau:
+            raise ValueError(f"tau must be >= 0, got {self.tau}")
+        if self.lam < 0:
+            raise ValueError(f"lambda must be >= 0, got {self.lam}")
+
+    def sampling_params(self, max_tokens: int, stop: list[str] | None = None):
+        """The engine's `SamplingParams` for one task."""
+        from wedlm import SamplingParams
+
+        return SamplingParams(temperature=self.temperature, top_p=self.top_p, max_tokens=max_tokens,
+                              stop=list(stop or []), wedlm_entropy_threshold=self.tau,
+                              wedlm_pos_penalty_factor=self.lam, seed=self.seed,
+                              decoding=self.decoding, window_size=self.window_size)
+
+
+def use_chat(tokenizer, style: str) -> bool:
+    """Whether prompts go through the chat template ("auto": when the tokenizer has one)."""
+    if style not in PROMPT_STYLES:
+        raise ValueError(f"prompt style must be one of {PROMPT_STYLES}, got {style!r}")
+    if style == "auto":
+        return bool(getattr(tokenizer, "chat_template", None))
+    return style == "chat"
+
+
+def render_prompts(tokenizer, items: list[EvalItem], chat: bool) -> list[list[int]]:
+    """Token ids of each item's prompt: chat template with generation prompt, or the raw text."""
+    out = []
+    for item in items:
+        text = (tokenizer.apply_chat_template(item.messages, tokenize=False, add_generation_prompt=True)
+                if chat else item.raw)
+        out.append(list(tokenizer(text, add_special_tokens=False)["input_ids"]))
+    return out
+
+
+def cut_at_stops(text: str, stops: list[str]) -> str:
+    """`text` up to the earliest stop string (engines already stop there; this makes it certain)."""
+    cut = len(text)
+    for stop in stops:
+        at = text.find(stop)
+        if at >= 0:
+            cut = min(cut, at)
+    return text[:cut]
+
+
+def evaluate_task(llm, task: EvalTask, decode: DecodeConfig, prompt_style: str = "auto",
+                  batch_size: int = 8, samples: int = 3, progress: bool = True) -> dict:
+    """Generate every item of `task`, score it, and aggregate speed.
+
+    Returns:
+        {task, kind, n, correct, accuracy (None for speed-only tasks), decode settings,
+         metrics (see `metrics.aggregate`), samples (first `samples` items: prompt,
+         output, predicted, correct)}.
+    """
+    chat = use_chat(llm.tokenizer, prompt_style)
+    stops = task.stop + ([] if chat else task.raw_stop)
+    params = decode.sampling_params(task.max_tokens, stops)
+    prompts = render_prompts(llm.tokenizer, task.items, chat)
+    stats, records, wall = [], [], 0.0
+    bar = tqdm(total=len(prompts), desc=f"eval {task.name}", unit="item", disable=not progress)
+    for start in range(0, len(prompts), batch_size):
+        batch = prompts[start:start + batch_size]
+        t0 = time.perf_counter()
+        outputs = llm.generate(batch, [params] * len(batch))
+        wall += time.perf_counter() - t0
+        for item, out in zip(task.items[start:start + batch_size], outputs):
+            text = cut_at_stops(out["text"], stops)
+            score = task.score(item, text) if task.score else None
+            stats.append(out["stats"])
+            records.append({"id": item.id, "output": text, "finish_reason": out.get("finish_reason"),
+                            "predicted": score.predicted if score else None,
+                            "correct": score.correct if score else None})
+        bar.update(len(batch))
+    bar.close()
+    correct = sum(bool(r["correct"]) for r in records)
+    return {"task": task.name, "kind": task.kind, "n": len(records),
+            "correct": correct if task.score else None,
+            "accuracy": correct / len(records) if task.score else None,
+            "prompt_style": "chat" if chat else "raw", "decode": asdict(decode),
+            "metrics": aggregate(stats, wall), "samples": records[:samples]}
+
+
+def evaluate(llm, tasks: list[EvalTask], decode: DecodeConfig, prompt_style: str = "auto",
+             batch_size: int = 8, progress: bool = True) -> list[dict]:
+    """`evaluate_task` for each task, in order."""
+    return [evaluate_task(llm, t, decode, prompt_style, batch_size, progress=progress) for t in tasks]
