@@ -1,0 +1,94 @@
+"""Training-stage configuration: a dataclass read from a YAML file (`wedlm train --config FILE`).
+
+One file describes one stage of the recipe: `stage: ar` (causal next-token
+pretraining) or `stage: wedlm` (Dual-Stream Masking + auxiliary AR loss, paper
+section 4.2; with chat data this is SFT). Relative paths are resolved against
+the current directory, so the recipe runs from the repository root.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+STAGES = ("ar", "wedlm")
+ATTENTION = ("chunked", "dense", "flex")
+
+
+@dataclass(slots=True)
+class TrainConfig:
+    """All knobs of one training stage. Units: steps are optimizer steps; rows are packed sequences.
+
+    Raises:
+        ValueError: an unknown stage/attention, a missing model source, or non-positive sizes.
+    """
+
+    stage: str
+    data: str
+    tokenizer: str
+    out_dir: str
+    init: str | None = None  # HF checkpoint folder to start from; None = random init from `model`
+    model: dict[str, Any] = field(default_factory=dict)  # ModelConfig fields when init is None
+    data_format: str = "auto"  # text | chat | auto
+    data_limit: int | None = None  # read at most this many records
+    seq_len: int = 1024  # clean tokens per packed row (L)
+    micro_batch: int = 4  # rows per process per micro-batch
+    grad_accum: int = 1
+    block_size: int = 16  # B of the prediction stream
+    ar_weight: float = 1.0  # weight of the auxiliary AR loss (1.0 in the released recipe)
+    lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_steps: int = 50
+    max_steps: int = 1000
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float = 1.0
+    init_std: float = 0.02
+    seed: int = 0
+    save_every: int = 100
+    keep_checkpoints: int = 2
+    log_every: int = 10
+    max_minutes: float | None = None  # wall-clock guard: checkpoint and stop (resume continues)
+    attention: str = "chunked"
+    chunk: int = 256
+    mixed_precision: str = "no"  # "bf16" on GPU
+    num_threads: int | None = None  # torch CPU threads per process
+
+    def __post_init__(self) -> None:
+        if self.stage not in STAGES:
+            raise ValueError(f"stage must be one of {STAGES}, got {self.stage!r}")
+        if self.attention not in ATTENTION:
+            raise ValueError(f"attention must be one of {ATTENTION}, got {self.attention!r}")
+        if self.init is None and not self.model:
+            raise ValueError("give either `init` (a checkpoint folder) or `model` (ModelConfig fields)")
+        for name in ("seq_len", "micro_batch", "grad_accum", "block_size", "max_steps", "save_every", "chunk"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        self.betas = tuple(self.betas)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.out_dir)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["betas"] = list(self.betas)
+        return out
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, overrides: dict[str, Any] | None = None) -> "TrainConfig":
+        """Read a YAML mapping; `overrides` (e.g. from `--set key=value`) win.
+
+        Raises:
+            ValueError: unknown keys (named) or invalid values.
+        """
+        raw = yaml.safe_load(Path(path).read_text()) or {}
+        raw.update(overrides or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ValueError(f"{path}: unknown config key(s) {unknown}")
+        return cls(**raw)

@@ -1,0 +1,94 @@
+"""Training data: pretraining JSONL (`{"text"}`) and chat SFT JSONL (`{"messages"}`) as `Document`s.
+
+What: a text record becomes its tokens plus EOS, every token maskable and scored
+(EOS is always supervised, so the model learns where a document stops). A chat
+record is rendered with the tokenizer's chat template, one turn at a time:
+everything up to and including each assistant header is prompt (never masked,
+never scored, wedlm-facts.md section 3); the assistant content and its
+`<|im_end|>` are the response (masked and scored).
+
+Why turn by turn: the prompt is tokenised exactly as the engine tokenises a
+request (`apply_chat_template(..., add_generation_prompt=True)`), so training
+and inference see the same token boundaries.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .packing import Document
+
+
+def read_jsonl(path: str | Path, limit: int | None = None) -> list[dict]:
+    """Parsed records of a JSONL file (blank lines skipped).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: a line that is not JSON (the message names file and line).
+    """
+    records = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{n}: invalid JSON ({err})") from None
+            if limit is not None and len(records) >= limit:
+                break
+    return records
+
+
+def text_documents(texts: list[str], tokenizer, eos_id: int) -> list[Document]:
+    """Each text -> tokens + [EOS], all maskable."""
+    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    return [Document(ids + [eos_id], [True] * (len(ids) + 1)) for ids in encoded]
+
+
+def chat_document(messages: list[dict], tokenizer, end_id: int) -> Document:
+    """One conversation: prompt segments unmasked, assistant replies (+ `<|im_end|>`) maskable.
+
+    Raises:
+        ValueError: a conversation without an assistant message.
+    """
+    ids: list[int] = []
+    maskable: list[bool] = []
+    done = 0  # messages already rendered
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        prefix = tokenizer.apply_chat_template(messages[:i], add_generation_prompt=True, tokenize=False)
+        already = tokenizer.apply_chat_template(messages[:done], tokenize=False) if done else ""
+        prompt = tokenizer(prefix[len(already):], add_special_tokens=False)["input_ids"]
+        reply = tokenizer(message["content"], add_special_tokens=False)["input_ids"] + [end_id]
+        ids += prompt + reply
+        maskable += [False] * len(prompt) + [True] * len(reply)
+        ids += tokenizer("\n", add_special_tokens=False)["input_ids"]  # template's newline after <|im_end|>
+        maskable += [False] * (len(ids) - len(maskable))
+        done = i + 1
+    if done == 0:
+        raise ValueError("conversation has no assistant message")
+    return Document(ids, maskable)
+
+
+def load_documents(path: str | Path, tokenizer, fmt: str = "auto", limit: int | None = None) -> list[Document]:
+    """Documents of a JSONL file; `fmt` is "text", "chat" or "auto" (from the first record).
+
+    Raises:
+        ValueError: an unknown format or a record lacking its field.
+    """
+    records = read_jsonl(path, limit)
+    if not records:
+        raise ValueError(f"{path}: no records")
+    if fmt == "auto":
+        fmt = "chat" if "messages" in records[0] else "text"
+    vocab = tokenizer.get_vocab()
+    if fmt == "text":
+        eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else vocab["<|endoftext|>"]
+        return text_documents([r["text"] for r in records], tokenizer, eos)
+    if fmt == "chat":
+        end = vocab.get("<|im_end|>", tokenizer.eos_token_id)
+        return [chat_document(r["messages"], tokenizer, end) for r in records]
+    raise ValueError(f"unknown data format {fmt!r}; expected 'text', 'chat' or 'auto'")

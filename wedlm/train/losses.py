@@ -1,0 +1,63 @@
+"""WeDLM training losses: weighted mask-recovery cross-entropy + auxiliary AR loss (section 4.2).
+
+What: L = sum_i w_i * CE(logits_i, x_i) / sum_i w_i  (masked prediction slots,
+w_i = 1/gamma_k, Eq. 10)  +  ar_weight * mean CE of next-token prediction on the
+memory stream. The normalisers (sum of weights, number of AR targets) are passed
+in, so that they can be the totals of the GLOBAL batch (all gradient-accumulation
+micro-batches on all processes): then the summed gradient equals the gradient of
+one big batch, whatever the split (the 2-process test relies on this).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from .masking import IGNORE
+
+
+@dataclass(slots=True)
+class LossSums:
+    """Un-normalised sums of one micro-batch (scalars, float32)."""
+
+    mask_ce: torch.Tensor  # sum of w_i * CE_i over masked slots
+    mask_weight: torch.Tensor  # sum of w_i
+    ar_ce: torch.Tensor  # sum of CE over AR targets
+    ar_count: torch.Tensor  # number of AR targets
+
+
+def scored_indices(labels: torch.Tensor) -> torch.Tensor:
+    """int64 [n]: flat indices of slots with a label (!= -100)."""
+    return torch.nonzero(labels.reshape(-1) != IGNORE).flatten()
+
+
+def loss_sums(logits: torch.Tensor, labels: torch.Tensor, loss_weights: torch.Tensor,
+              is_memory: torch.Tensor) -> LossSums:
+    """Sums of both losses over the scored slots.
+
+    Args:
+        logits: float [n, vocab], the logits at the scored slots (same order as `labels[labels != -100]`).
+        labels: int64 [N, S] (or flat), -100 where unscored.
+        loss_weights: float [N, S], 1/gamma at masked prediction slots (0 elsewhere).
+        is_memory: bool [N, S], True on memory-stream slots (their label is the next token).
+    """
+    flat = labels.reshape(-1) != IGNORE
+    target = labels.reshape(-1)[flat]
+    ce = F.cross_entropy(logits.float(), target, reduction="none")  # [n]
+    mem = is_memory.reshape(-1)[flat]
+    w = loss_weights.reshape(-1)[flat].float()
+    pred = ~mem
+    return LossSums(
+        mask_ce=(ce[pred] * w[pred]).sum(), mask_weight=w[pred].sum(),
+        ar_ce=ce[mem].sum(), ar_count=mem.sum().float(),
+    )
+
+
+def combine(sums: LossSums, total_weight: float, total_ar: float, ar_weight: float) -> torch.Tensor:
+    """Scalar loss of a micro-batch, normalised by GLOBAL totals: mask_ce/W + ar_weight * ar_ce/N."""
+    loss = sums.ar_ce * (ar_weight / max(total_ar, 1.0))
+    if total_weight > 0:
+        loss = loss + sums.mask_ce / total_weight
+    return loss

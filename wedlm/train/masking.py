@@ -1,0 +1,172 @@
+"""Dual-Stream Masking: the pure batch builder of WeDLM training (paper section 4.2).
+
+What: from one packed row of clean tokens this module builds the training input
+`[memory stream x_o] ++ [prediction stream x_t]`, both carrying the tokens'
+logical positions; the prediction stream is cut into blocks of B tokens, each
+block masks round(gamma_k * n_maskable) of its maskable tokens (gamma_k ~ U(0, 1])
+and is topologically reordered (observed tokens first, then [MASK]s, positions
+kept; section 4.1, Eq. 5-6). It also returns the boolean visibility mask, the
+per-slot loss weights 1/gamma_k (Eq. 10) and the labels of both losses.
+
+Why a pure function: the mask is the whole method, so it is pinned by a test
+against a slow reference written straight from the rules (architecture.md
+invariant 7). Randomness is isolated in `draw_masks`; `build_dual_stream` is
+deterministic given the draw.
+
+Visibility rules (wedlm-facts.md section 3), all restricted to one document of
+the packed row (no attention crosses a document boundary):
+* memory token at position p sees memory tokens at positions <= p;
+* a prediction token in block k sees memory tokens at positions < start(k) and
+  the prediction tokens of block k that precede it physically (itself included).
+Blocks are counted per document: block k of a document covers its positions
+[k*B, (k+1)*B).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from .packing import PackedRow
+
+IGNORE = -100
+
+
+class MaskDraw(NamedTuple):
+    """One draw of the prediction-stream corruption for a row of L tokens.
+
+    masked: bool [L], True where the prediction stream holds [MASK].
+    gamma: float32 [L], the masking ratio of the token's block (0 where the
+        block has no maskable token).
+    """
+
+    masked: torch.Tensor
+    gamma: torch.Tensor
+
+
+class DualStreamExample(NamedTuple):
+    """One training row of 2L slots (memory stream first, then prediction stream).
+
+    input_ids: int64 [2L]; memory = clean tokens, prediction = reordered tokens with [MASK]s.
+    position_ids: int64 [2L], logical (document-relative) positions for RoPE.
+    attention_mask: bool [2L, 2L], True where query i may attend key j.
+    loss_weights: float32 [2L], 1/gamma_k at masked prediction slots, 0 elsewhere
+        (normalised over the batch by the loss, Eq. 10).
+    labels: int64 [2L]; memory slot: the next token of its document when that
+        token is scored (AR loss), else -100; prediction slot: the clean token at
+        a masked slot, else -100.
+    """
+
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    loss_weights: torch.Tensor
+    labels: torch.Tensor
+
+
+def block_ids(row: PackedRow, block_size: int) -> torch.Tensor:
+    """int64 [L]: a row-unique block id per token (document, position // B), ascending."""
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    local = row.positions // block_size
+    new_block = torch.ones_like(local, dtype=torch.bool)
+    new_block[1:] = (local[1:] != local[:-1]) | (row.doc_ids[1:] != row.doc_ids[:-1])
+    return new_block.long().cumsum(0) - 1
+
+
+def draw_masks(row: PackedRow, block_size: int, generator: torch.Generator) -> MaskDraw:
+    """Per block: gamma ~ U(0, 1], then mask round(gamma * n) of its n maskable tokens (at least 1).
+
+    Tokens with `row.maskable` False (SFT prompts, padding) are never masked.
+    """
+    blocks = block_ids(row, block_size)
+    n_blocks = int(blocks[-1]) + 1
+    gammas = 1.0 - torch.rand(n_blocks, generator=generator)  # U(0, 1]
+    scores = torch.rand(len(blocks), generator=generator)
+    masked = torch.zeros(len(blocks), dtype=torch.bool)
+    gamma = torch.zeros(len(blocks), dtype=torch.float32)
+    for b in range(n_blocks):
+        idx = torch.nonzero((blocks == b) & row.maskable).flatten()
+        if len(idx) == 0:
+            continue
+        k = max(1, round(float(gammas[b]) * len(idx)))
+        chosen = idx[torch.argsort(scores[idx])[:k]]
+        masked[chosen] = True
+        gamma[blocks == b] = gammas[b]
+    return MaskDraw(masked, gamma)
+
+
+def reorder_blocks(blocks: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+    """int64 [L] permutation: per block, observed tokens then masked ones, each ascending.
+
+    Topological Reordering, section 4.1 (Eq. 5-6). Blocks must be ascending.
+    """
+    key = blocks * 2 + masked.long()  # observed (0) before masked (1) inside a block
+    return torch.sort(key, stable=True).indices
+
+
+def build_dual_stream(row: PackedRow, draw: MaskDraw, block_size: int, mask_token_id: int) -> DualStreamExample:
+    """The dual-stream training row (section 4.2) for one packed row and one mask draw.
+
+    Args:
+        row: L clean tokens with document ids, positions and the scored/maskable flags.
+        draw: which prediction tokens are masked and their block's gamma.
+        block_size: B, the prediction-stream block length.
+        mask_token_id: id of the [MASK] token.
+
+    Returns:
+        A `DualStreamExample` of 2L slots; see its fields.
+    """
+    L = len(row.tokens)
+    blocks = block_ids(row, block_size)
+    perm = reorder_blocks(blocks, draw.masked)  # prediction slot i holds token perm[i]
+    pred_tokens = torch.where(draw.masked, torch.full_like(row.tokens, mask_token_id), row.tokens)[perm]
+    input_ids = torch.cat([row.tokens, pred_tokens])
+    position_ids = torch.cat([row.positions, row.positions[perm]])
+
+    same_doc = row.doc_ids[:, None] == row.doc_ids[None, :]  # [L, L]
+    causal = row.positions[:, None] >= row.positions[None, :]
+    mem_mem = same_doc & causal
+    start = (row.positions // block_size) * block_size  # block start, per token
+    pred_mem = same_doc & (row.positions[None, :] < start[:, None])  # indexed by logical token
+    pred_mem = pred_mem[perm]  # rows in physical prediction order
+    pb = blocks[perm]
+    phys = torch.arange(L)
+    pred_pred = (pb[:, None] == pb[None, :]) & (phys[:, None] >= phys[None, :])
+    attention_mask = torch.cat([
+        torch.cat([mem_mem, torch.zeros(L, L, dtype=torch.bool)], dim=1),
+        torch.cat([pred_mem, pred_pred], dim=1),
+    ])
+
+    weights_pred = torch.where(draw.masked, 1.0 / draw.gamma.clamp_min(1e-6), torch.zeros(L))[perm]
+    loss_weights = torch.cat([torch.zeros(L), weights_pred]).float()
+    labels = torch.cat([ar_labels(row), torch.where(draw.masked, row.tokens, IGNORE)[perm]])
+    return DualStreamExample(input_ids, position_ids, attention_mask, loss_weights, labels)
+
+
+def ar_labels(row: PackedRow) -> torch.Tensor:
+    """int64 [L]: next token of the same document where that token is scored, else -100."""
+    labels = torch.full_like(row.tokens, IGNORE)
+    nxt_ok = (row.doc_ids[1:] == row.doc_ids[:-1]) & row.maskable[1:]
+    labels[:-1] = torch.where(nxt_ok, row.tokens[1:], IGNORE)
+    return labels
+
+
+def build_causal(row: PackedRow) -> DualStreamExample:
+    """The plain AR training row: document-causal mask, next-token labels, no prediction stream."""
+    same_doc = row.doc_ids[:, None] == row.doc_ids[None, :]
+    causal = row.positions[:, None] >= row.positions[None, :]
+    return DualStreamExample(row.tokens.clone(), row.positions.clone(), same_doc & causal,
+                             torch.zeros(len(row.tokens)), ar_labels(row))
+
+
+def collate(examples: list[DualStreamExample]) -> DualStreamExample:
+    """Stack rows: ids/positions/weights/labels [N, S], attention_mask [N, 1, S, S]."""
+    return DualStreamExample(
+        torch.stack([e.input_ids for e in examples]),
+        torch.stack([e.position_ids for e in examples]),
+        torch.stack([e.attention_mask for e in examples])[:, None],
+        torch.stack([e.loss_weights for e in examples]),
+        torch.stack([e.labels for e in examples]),
+    )
