@@ -1,0 +1,111 @@
+"""A deterministic stand-in for `wedlm.LLM` with the same step/delta contract.
+
+It "generates" the prompt's token ids in reverse order, committing `per_step` tokens per
+step, holds one KV block per `block_size` tokens while running, and can sleep per step,
+so engine-loop tests (batching, abort, disconnects, failures) run without a model and
+with exactly known outputs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from wedlm.engine.outputs import StreamDelta
+
+
+@dataclass
+class FakeParams:
+    """The SamplingParams fields the fake reads."""
+
+    max_tokens: int = 16
+    temperature: float = 0.0
+    top_p: float = 1.0
+    decoding: str = "wedlm"
+    extra: dict = field(default_factory=dict)
+
+    def __init__(self, max_tokens: int = 16, temperature: float = 0.0, top_p: float = 1.0,
+                 decoding: str = "wedlm", **extra):
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        self.max_tokens, self.temperature, self.top_p, self.decoding = max_tokens, temperature, top_p, decoding
+        self.extra = extra
+
+
+@dataclass
+class _Req:
+    rid: str
+    prompt: list[int]
+    target: list[int]
+    step: int = 0
+    done: int = 0
+
+
+class FakeLLM:
+    """`wedlm.LLM`'s serving contract over a reversing 'model'."""
+
+    def __init__(self, tokenizer, max_model_len: int = 256, per_step: int = 3, step_sleep: float = 0.0,
+                 block_size: int = 16, blocks: int = 64, fail_on_step: int | None = None):
+        self.tokenizer = tokenizer
+        self.max_model_len = max_model_len
+        self.model_path = "fake-model"
+        self.per_step, self.step_sleep, self.block_size = per_step, step_sleep, block_size
+        self.blocks_total = blocks
+        self.fail_on_step = fail_on_step
+        self.steps = 0
+        self.running: dict[str, _Req] = {}
+        self.threads: set[int] = set()
+
+    def _touch(self) -> None:
+        import threading
+        self.threads.add(threading.get_ident())
+
+    def expected(self, prompt: list[int], max_tokens: int) -> list[int]:
+        """What the fake generates for `prompt`."""
+        return list(reversed(prompt))[:max_tokens]
+
+    def add_request(self, prompt, params, request_id=None) -> str:
+        self._touch()
+        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        if len(ids) > self.max_model_len - 1:
+            raise ValueError(f"prompt is {len(ids)} tokens, over max_model_len {self.max_model_len}")
+        rid = request_id or f"fake-{len(self.running)}"
+        self.running[rid] = _Req(rid, ids, self.expected(ids, params.max_tokens))
+        return rid
+
+    def step(self) -> list[StreamDelta]:
+        self._touch()
+        self.steps += 1
+        if self.fail_on_step is not None and self.steps == self.fail_on_step:
+            raise RuntimeError("boom")
+        if self.step_sleep:
+            time.sleep(self.step_sleep)
+        out = []
+        for req in list(self.running.values()):
+            new = req.target[req.done:req.done + self.per_step]
+            req.done += len(new)
+            finished = req.done >= len(req.target)
+            stats = None
+            if finished:
+                del self.running[req.rid]
+                stats = {"prompt_tokens": len(req.prompt), "decode_tokens": len(req.target),
+                         "decode_forwards": req.step + 1, "fed_tokens": len(req.target) * 2,
+                         "tokens_per_forward": len(req.target) / (req.step + 1), "p_cache": 0.5,
+                         "prefix_cache_hit_tokens": 0, "ttft_s": 0.001}
+            out.append(StreamDelta(req.rid, new, self.tokenizer.decode(new), finished,
+                                   "length" if finished else None, req.step, stats))
+            req.step += 1
+        return out
+
+    def abort(self, request_id: str) -> bool:
+        self._touch()
+        return self.running.pop(request_id, None) is not None
+
+    def has_unfinished(self) -> bool:
+        return bool(self.running)
+
+    def metrics(self) -> dict:
+        used = sum(-(-(len(r.prompt) + r.done) // self.block_size) for r in self.running.values())
+        return {"num_waiting": 0, "num_running": len(self.running), "kv_blocks_total": self.blocks_total,
+                "kv_blocks_free": self.blocks_total - used, "kv_blocks_used": used,
+                "prefix_cache_hit_tokens": 0, "prefix_cache_queries": 0}

@@ -1,0 +1,282 @@
+"""FastAPI app: OpenAI-compatible completions and chat (streamed or not), models,
+health, Prometheus metrics, and the web chat at `/`.
+
+`create_app(llm, model_name)` wraps one `wedlm.LLM`; its `EngineLoop` thread starts and
+stops with the app (lifespan), and every request becomes engine requests in that one
+continuous batch. Streaming is native: each engine step's committed tokens for a
+request become one SSE chunk, so a chunk is exactly what one decode step committed
+(the web chat colours text by it; `wedlm_trace: true` adds the step index and token
+ids to each chunk). A client that disconnects aborts its requests, which frees their
+KV blocks. Bad input is a 400 with an OpenAI error body naming the field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from . import protocol
+from .engine_loop import EngineLoop
+from .errors import APIError, bad_request, error_body, server_error
+from .metrics import CONTENT_TYPE, ServerMetrics
+from .prompts import PromptBuilder, engine_refusal, private_tokenizer, sampling_params
+from .schemas import ChatCompletionRequest, CompletionRequest, SamplingFields, param_of
+from .streams import RequestGroup, abort_on_disconnect
+
+log = logging.getLogger(__name__)
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+
+
+class Server:
+    """Everything the routes share: the engine loop, metrics, prompt builder."""
+
+    def __init__(self, llm: Any, model_name: str, sampling_params_cls: Any = None):
+        self.llm = llm
+        self.model_name = model_name
+        self.created = int(time.time())
+        if sampling_params_cls is None:
+            from wedlm import SamplingParams as sampling_params_cls
+        self.sampling_params_cls = sampling_params_cls
+        self.engine = EngineLoop(llm, on_finished=lambda delta: self.metrics.observe_finished(delta))
+        self.metrics = ServerMetrics(lambda: self.engine.snapshot)
+        self.prompts = PromptBuilder(private_tokenizer(llm.tokenizer), llm.max_model_len)
+
+    # ----- request handling -----
+    async def handle(self, request: Request, chat: bool) -> Response:
+        """Parse, validate, submit, then stream or collect one API request."""
+        endpoint = "chat" if chat else "completions"
+        try:
+            req = parse_body(await request.body(), ChatCompletionRequest if chat else CompletionRequest)
+            self.check_model(req.model)
+            prompts = [self.prompts.chat_prompt(req)] if chat else self.prompts.completion_prompts(req)
+            params = [sampling_params(self.sampling_params_cls, req, self.prompts.max_tokens(req, len(ids)))
+                      for ids in prompts]
+            env = protocol.Envelope(f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}",
+                                    self.model_name, chat)
+            group = await self.submit(env.id, prompts, params, req, chat)
+        except APIError as err:
+            self.metrics.observe_request(endpoint, err.status)
+            return err.response()
+        echo = [self.prompts.decode(ids) for ids in prompts] if getattr(req, "echo", False) else None
+        lengths = [len(ids) for ids in prompts]
+        if req.stream:
+            self.metrics.observe_request(endpoint, 200)
+            events = self.events(group, env, req, echo)
+            return StreamingResponse(events, media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        response = await self.collect(request, group, env, lengths, echo)
+        self.metrics.observe_request(endpoint, response.status_code)
+        return response
+
+    def check_model(self, model: str | None) -> None:
+        """400 unless `model` is unset or the served model's name."""
+        if model is not None and model != self.model_name:
+            raise bad_request("model", f"Invalid value for 'model': the model '{model}' does not exist; "
+                                       f"this server serves '{self.model_name}'")
+
+    async def submit(self, base_id: str, prompts: list[list[int]], params: list[Any],
+                     req: SamplingFields, chat: bool) -> RequestGroup:
+        """One engine request per (prompt, n); aborts the submitted ones if the engine refuses one."""
+        group = RequestGroup(self.engine, base_id)
+        try:
+            for ids, param in zip(prompts, params):
+                for _ in range(req.n):
+                    await group.submit(ids, param)
+        except ValueError as err:
+            group.close()
+            raise engine_refusal(err, chat, list(type(req).model_fields)) from err
+        except BaseException:
+            group.close()
+            raise
+        return group
+
+    async def collect(self, request: Request, group: RequestGroup, env: protocol.Envelope,
+                      lengths: list[int], echo: list[str] | None) -> JSONResponse:
+        """Wait for every choice; abort them if the client goes away meanwhile."""
+        states = [protocol.ChoiceState() for _ in group.choices]
+        watcher = asyncio.create_task(abort_on_disconnect(request, group))
+        try:
+            async for index, delta in group:
+                failure = delta_failure(delta)
+                if failure:
+                    raise server_error(failure)
+                states[index].add(delta)
+        except APIError as err:
+            return err.response()
+        finally:
+            watcher.cancel()
+            group.close()
+        if echo:
+            per_prompt = len(states) // len(echo)
+            for i, state in enumerate(states):
+                state.text = echo[i // per_prompt] + state.text
+        return JSONResponse(protocol.full_response(env, states, protocol.usage(lengths, states)))
+
+    async def events(self, group: RequestGroup, env: protocol.Envelope, req: SamplingFields,
+                     echo: list[str] | None) -> AsyncIterator[str]:
+        """SSE events of a streamed response; closing early aborts the engine requests."""
+        states = [protocol.ChoiceState() for _ in group.choices]
+        with_usage = req.include_usage()
+        lengths = [len(choice.prompt_ids) for choice in group.choices[::req.n]]
+        try:
+            for choice in group.choices:
+                first = None
+                if echo:
+                    first = echo[choice.index // req.n]
+                if env.chat or first:
+                    yield protocol.sse(protocol.chunk(
+                        env, [protocol.stream_choice(env, choice.index, text=first or "", role=env.chat)],
+                        with_usage))
+            async for index, delta in group:
+                failure = delta_failure(delta)
+                if failure:
+                    yield protocol.sse(error_body(failure, type="server_error"))
+                    break
+                states[index].add(delta)
+                for event in self.delta_events(env, index, delta, req, with_usage):
+                    yield event
+            else:
+                if with_usage:
+                    yield protocol.sse(protocol.chunk(env, [], True, protocol.usage(lengths, states)))
+            yield protocol.DONE
+        finally:
+            group.close()
+
+    @staticmethod
+    def delta_events(env: protocol.Envelope, index: int, delta: Any, req: SamplingFields,
+                     with_usage: bool) -> list[str]:
+        """The chunk for one engine delta (what one decode step committed), then the finish chunk."""
+        out = []
+        trace = protocol.trace_of(delta) if req.wedlm_trace else None
+        if delta.new_text or (trace and delta.new_token_ids):
+            out.append(protocol.sse(protocol.chunk(
+                env, [protocol.stream_choice(env, index, text=delta.new_text, trace=trace)], with_usage)))
+        if delta.finished:
+            text = None if env.chat else ""
+            out.append(protocol.sse(protocol.chunk(
+                env, [protocol.stream_choice(env, index, text=text, finish_reason=delta.finish_reason)],
+                with_usage)))
+        return out
+
+    # ----- other endpoints -----
+    def models(self) -> dict[str, Any]:
+        """`GET /v1/models`."""
+        card = {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "wedlm",
+                "root": str(getattr(self.llm, "model_path", self.model_name)),
+                "max_model_len": self.prompts.max_model_len}
+        return {"object": "list", "data": [card]}
+
+    def health(self) -> JSONResponse:
+        """`GET /health`: 200 while the engine loop runs, else 503."""
+        ok = self.engine.alive
+        body = {"status": "ok" if ok else "engine stopped", "model": self.model_name,
+                "running": self.engine.num_active(), "last_error": self.engine.last_error}
+        return JSONResponse(body, status_code=200 if ok else 503)
+
+
+def delta_failure(delta: Any) -> str | None:
+    """An error message when the delta ends its request in failure (engine error or abort)."""
+    if delta.error:
+        return delta.error
+    if delta.finished and delta.finish_reason in ("error", "abort"):
+        return f"the request ended early ({delta.finish_reason})"
+    return None
+
+
+def parse_body(raw: bytes, schema: type[SamplingFields]) -> SamplingFields:
+    """JSON body -> request model; 400 naming the field on any problem."""
+    try:
+        body = json.loads(raw or b"null")
+    except (ValueError, UnicodeDecodeError) as err:
+        raise bad_request("body", f"Invalid JSON in the request body: {err}") from err
+    if not isinstance(body, dict):
+        raise bad_request("body", "The request body must be a JSON object")
+    try:
+        return schema.model_validate(body)
+    except ValidationError as err:
+        param, message = param_of(err)
+        raise bad_request(param, message) from err
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """OpenAI-style bodies for API errors, unknown routes, wrong methods and crashes."""
+
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, err: APIError) -> JSONResponse:
+        return err.response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        kind = "invalid_request_error" if err.status_code < 500 else "server_error"
+        return JSONResponse(error_body(str(err.detail), kind), status_code=err.status_code)
+
+    @app.exception_handler(Exception)
+    async def _crash(request: Request, err: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s", request.url.path)
+        return JSONResponse(error_body(f"{type(err).__name__}: {err}", "server_error"), status_code=500)
+
+
+def create_app(llm: Any, model_name: str | None = None, sampling_params_cls: Any = None) -> FastAPI:
+    """The server for `llm` (a `wedlm.LLM`), announcing it as `model_name`.
+
+    Args:
+        llm: the engine; the app's engine thread becomes its only user.
+        model_name: the `model` clients must send (default: the model folder's name).
+        sampling_params_cls: `SamplingParams` factory (default `wedlm.SamplingParams`).
+    """
+    name = model_name or Path(str(getattr(llm, "model_path", "wedlm"))).name
+    server = Server(llm, name, sampling_params_cls)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        server.engine.start()
+        yield
+        server.engine.stop()
+
+    app = FastAPI(title="wedlm", summary="OpenAI-compatible WeDLM server", lifespan=lifespan)
+    app.state.server = server
+    install_error_handlers(app)
+    add_routes(app, server)
+    return app
+
+
+def add_routes(app: FastAPI, server: Server) -> None:
+    """Register every endpoint on `app`."""
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await server.handle(request, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await server.handle(request, chat=True)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return server.models()
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        return server.health()
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(server.metrics.render(), media_type=CONTENT_TYPE)
+
+    @app.get("/", include_in_schema=False)
+    async def index() -> FileResponse:
+        return FileResponse(STATIC_DIR / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -1,0 +1,142 @@
+"""OpenAI response objects built from engine deltas: chunks, full responses, usage.
+
+Pure functions over plain dicts. Completions use `object: "text_completion"` (streamed
+chunks too, as OpenAI does); chat uses `chat.completion` / `chat.completion.chunk`, a
+first chunk with `delta.role`, content chunks, and a final chunk with an empty delta and
+the `finish_reason`. Streams end with `data: [DONE]`. `usage` carries OpenAI's token
+counts plus WeDLM's `decode_forwards`, `tokens_per_forward` and `p_cache`
+(wedlm-facts.md section 5), aggregated over the choices.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+DONE = "data: [DONE]\n\n"
+
+
+@dataclass(slots=True)
+class ChoiceState:
+    """What has been committed so far for one choice."""
+
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+    stats: dict | None = None
+    steps: int = 0
+
+    def add(self, delta: Any) -> None:
+        """Fold one engine delta in."""
+        self.text += delta.new_text or ""
+        self.token_ids.extend(delta.new_token_ids or [])
+        if delta.new_token_ids:
+            self.steps += 1
+        if delta.finished:
+            self.finish_reason = delta.finish_reason
+            self.stats = delta.stats
+
+
+@dataclass(slots=True)
+class Envelope:
+    """The fields every object of one response shares."""
+
+    id: str
+    model: str
+    chat: bool
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def base(self, chunk: bool) -> dict[str, Any]:
+        """`{"id", "object", "created", "model"}` for a response or a chunk."""
+        if self.chat:
+            kind = "chat.completion.chunk" if chunk else "chat.completion"
+        else:
+            kind = "text_completion"
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
+
+
+def sse(payload: dict[str, Any]) -> str:
+    """One server-sent event carrying `payload` as JSON."""
+    return f"data: {json.dumps(payload, separators=(',', ':'), ensure_ascii=False)}\n\n"
+
+
+def stream_choice(env: Envelope, index: int, text: str | None = None, role: bool = False,
+                  finish_reason: str | None = None, trace: dict | None = None) -> dict[str, Any]:
+    """One choice of a streamed chunk (chat `delta` or completion `text`)."""
+    if env.chat:
+        delta: dict[str, Any] = {}
+        if role:
+            delta["role"] = "assistant"
+        if text is not None:
+            delta["content"] = text
+        choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+    else:
+        choice = {"index": index, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
+    if trace is not None:
+        choice["wedlm"] = trace
+    return choice
+
+
+def chunk(env: Envelope, choices: list[dict[str, Any]], with_usage: bool,
+          usage: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A streamed chunk; `usage` is null on every chunk but the last when usage is requested."""
+    body = env.base(chunk=True)
+    body["choices"] = choices
+    if with_usage:
+        body["usage"] = usage
+    return body
+
+
+def trace_of(delta: Any) -> dict[str, Any]:
+    """The WeDLM decode trace of one delta: the step that committed these tokens."""
+    return {"step": delta.step_index, "token_ids": list(delta.new_token_ids or []),
+            "num_tokens": len(delta.new_token_ids or [])}
+
+
+def usage(prompt_lengths: list[int], states: list[ChoiceState]) -> dict[str, Any]:
+    """OpenAI usage plus WeDLM decode metrics over all choices.
+
+    `tokens_per_forward` = completion tokens / decode forwards; `p_cache` = generated
+    tokens / tokens fed through decode forwards (Eq. 4), summed over the choices'
+    `fed_tokens` (or recovered as decode tokens / p_cache when a result lacks it).
+    """
+    completion = sum(len(s.token_ids) for s in states)
+    forwards = 0
+    fed = 0.0
+    hits = 0
+    for state in states:
+        stats = state.stats or {}
+        forwards += int(stats.get("decode_forwards") or 0)
+        hits += int(stats.get("prefix_cache_hit_tokens") or 0)
+        decoded = stats.get("decode_tokens") or len(state.token_ids)
+        if stats.get("fed_tokens"):
+            fed += stats["fed_tokens"]
+        elif stats.get("p_cache"):
+            fed += decoded / stats["p_cache"]
+    prompt = sum(prompt_lengths)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "decode_forwards": forwards,
+        "tokens_per_forward": round(completion / forwards, 4) if forwards else 0.0,
+        "p_cache": round(completion / fed, 4) if fed else (1.0 if completion else 0.0),
+        "prefix_cache_hit_tokens": hits,
+    }
+
+
+def full_response(env: Envelope, states: list[ChoiceState], usage_: dict[str, Any]) -> dict[str, Any]:
+    """The non-streamed response object."""
+    body = env.base(chunk=False)
+    if env.chat:
+        body["choices"] = [
+            {"index": i, "message": {"role": "assistant", "content": s.text}, "logprobs": None,
+             "finish_reason": s.finish_reason} for i, s in enumerate(states)]
+    else:
+        body["choices"] = [
+            {"index": i, "text": s.text, "logprobs": None, "finish_reason": s.finish_reason}
+            for i, s in enumerate(states)]
+    body["usage"] = usage_
+    return body

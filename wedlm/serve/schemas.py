@@ -1,0 +1,178 @@
+"""Request bodies of the OpenAI-compatible endpoints, as pydantic models.
+
+The models follow OpenAI's `/v1/completions` and `/v1/chat/completions` fields and also
+accept the WeDLM knobs as extra body fields (`decoding`, `window_size`,
+`wedlm_entropy_threshold`, `wedlm_pos_penalty_factor`, `top_k`, `stop_token_ids`,
+`ignore_eos`, `wedlm_trace`), which the official `openai` client sends through `extra_body`. Unknown
+extra fields are tolerated, as OpenAI-compatible servers usually do. Range checks live
+here so a bad request fails before it reaches the engine, and `param_of` turns a pydantic
+error into the OpenAI error's `param` (the offending field's name).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+DECODINGS = ("wedlm", "ar", "blockwise", "verified")
+MAX_N = 16
+MAX_STOP_STRINGS = 4
+
+
+class StreamOptions(BaseModel):
+    """OpenAI `stream_options`: `include_usage` adds a final chunk carrying `usage`."""
+
+    model_config = ConfigDict(extra="allow")
+    include_usage: bool = False
+
+
+class SamplingFields(BaseModel):
+    """Fields shared by completions and chat completions (OpenAI's plus WeDLM's knobs)."""
+
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+
+    model: str | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: int | None = Field(default=None, ge=-1)
+    n: int = Field(default=1, ge=1, le=MAX_N)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    seed: int | None = None
+    user: str | None = None
+    # WeDLM knobs (wedlm-facts.md section 4): decoding strategy, window W, tau, lambda.
+    decoding: str | None = None
+    window_size: int | None = Field(default=None, ge=1)
+    wedlm_entropy_threshold: float | None = Field(default=None, ge=0.0)
+    wedlm_pos_penalty_factor: float | None = Field(default=None, ge=0.0)
+    ignore_eos: bool = False
+    # Adds a `wedlm` object (decode step index, token ids) to every streamed choice.
+    wedlm_trace: bool = False
+
+    @field_validator("decoding")
+    @classmethod
+    def _known_decoding(cls, value: str | None) -> str | None:
+        if value is not None and value not in DECODINGS:
+            raise ValueError(f"must be one of {', '.join(DECODINGS)}; got {value!r}")
+        return value
+
+    @field_validator("stop")
+    @classmethod
+    def _few_stops(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(value, list) and len(value) > MAX_STOP_STRINGS:
+            raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings")
+        return value
+
+    def stop_list(self) -> list[str]:
+        """`stop` as a list (OpenAI accepts one string or a list)."""
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    def sampling_kwargs(self, max_tokens: int) -> dict[str, Any]:
+        """Keyword arguments for `wedlm.SamplingParams`; unset fields keep its defaults."""
+        kwargs: dict[str, Any] = {"max_tokens": max_tokens}
+        for name in ("temperature", "top_p", "top_k", "seed", "decoding", "window_size",
+                     "wedlm_entropy_threshold", "wedlm_pos_penalty_factor", "stop_token_ids"):
+            value = getattr(self, name)
+            if value is not None:
+                kwargs[name] = value
+        if "wedlm_entropy_threshold" in self.model_fields_set:
+            kwargs["wedlm_entropy_threshold"] = self.wedlm_entropy_threshold  # null: one mask per step
+        if self.ignore_eos:
+            kwargs["ignore_eos"] = True
+        if self.stop is not None:
+            kwargs["stop"] = self.stop_list()
+        return kwargs
+
+    def include_usage(self) -> bool:
+        """Whether a streamed response ends with a usage chunk."""
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+PromptType = Union[str, list[str], list[int], list[list[int]]]
+
+
+class CompletionRequest(SamplingFields):
+    """`POST /v1/completions`: `prompt` is text, token ids, or a batch of either."""
+
+    prompt: PromptType
+    echo: bool = False
+    logprobs: int | None = None
+    suffix: str | None = None
+
+    @field_validator("prompt")
+    @classmethod
+    def _non_empty_prompt(cls, value: PromptType) -> PromptType:
+        if isinstance(value, list) and not value:
+            raise ValueError("must not be empty")
+        return value
+
+    def prompts(self) -> list[str | list[int]]:
+        """The prompts of the batch, each a string or a list of token ids."""
+        if isinstance(self.prompt, str):
+            return [self.prompt]
+        if all(isinstance(p, int) for p in self.prompt):
+            return [list(self.prompt)]
+        return list(self.prompt)
+
+
+class TextPart(BaseModel):
+    """One `{"type": "text", "text": ...}` part of a message's content."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    """One chat turn; `content` is a string or a list of text parts."""
+
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+
+    def text(self) -> str:
+        """The content as one string."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+
+class ChatCompletionRequest(SamplingFields):
+    """`POST /v1/chat/completions`."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: bool | None = None
+    add_generation_prompt: bool = True
+
+    def chat_messages(self) -> list[dict[str, str]]:
+        """Messages as plain `{"role", "content"}` dicts for the chat template."""
+        return [{"role": m.role, "content": m.text()} for m in self.messages]
+
+    def requested_max_tokens(self) -> int | None:
+        """`max_completion_tokens` (the newer name) or `max_tokens`."""
+        return self.max_completion_tokens or self.max_tokens
+
+
+def param_of(error: ValidationError) -> tuple[str, str]:
+    """(param, message) of the first error: param is the dotted field path (`messages.0.role`)."""
+    first = error.errors()[0]
+    loc = [str(part) for part in first.get("loc", ()) if not _is_union_tag(part)]
+    param = ".".join(loc) or "body"
+    message = first.get("msg", "invalid value")
+    if message.startswith("Value error, "):
+        message = message[len("Value error, "):]
+    return param, f"Invalid value for '{param}': {message}"
+
+
+def _is_union_tag(part: Any) -> bool:
+    """pydantic puts union member names (`str`, `list[int]`) into error locations; drop them."""
+    return isinstance(part, str) and (part in ("str", "int") or "[" in part or part.startswith("function"))
