@@ -1,0 +1,124 @@
+"""Server mechanics on a fake engine with known outputs: SSE shape, batching of choices,
+disconnects (streamed and not) aborting their requests, engine failures."""
+
+import json
+import socket
+import time
+
+import httpx
+import pytest
+
+from serve_fake_engine import FakeLLM, FakeParams
+from tests_serve_util import wait_until
+from wedlm.serve import create_app
+from wedlm.testing import byte_tokenizer
+
+from conftest import running_server
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return byte_tokenizer(256)
+
+
+def start(tok, **kwargs):
+    llm = FakeLLM(tok, **kwargs)
+    app = create_app(llm, "fake", sampling_params_cls=FakeParams)
+    return llm, app
+
+
+def sse_payloads(text):
+    events = [e for e in text.split("\n\n") if e]
+    assert all(e.startswith("data: ") for e in events)
+    assert events[-1] == "data: [DONE]"
+    return [json.loads(e[6:]) for e in events[:-1]]
+
+
+def test_streamed_chat_chunks_have_the_openai_shape(tok):
+    llm, app = start(tok, per_step=2)
+    with running_server(app) as url:
+        body = {"model": "fake", "messages": [{"role": "user", "content": "abc"}], "max_tokens": 5,
+                "stream": True, "stream_options": {"include_usage": True}}
+        r = httpx.post(f"{url}/v1/chat/completions", json=body)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    chunks = sse_payloads(r.text)
+    ids = {c["id"] for c in chunks}
+    assert len(ids) == 1 and all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    content = [c["choices"][0]["delta"].get("content") for c in chunks[1:-2]]
+    assert all(content) and "wedlm" not in chunks[1]["choices"][0]
+    assert chunks[-2]["choices"][0] == {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "length"}
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 5
+    assert all(c["usage"] is None for c in chunks[:-1])
+    prompt = tok.encode(tok.apply_chat_template([{"role": "user", "content": "abc"}], tokenize=False,
+                                                add_generation_prompt=True), add_special_tokens=False)
+    assert "".join(content) == tok.decode(llm.expected(prompt, 5))
+
+
+def test_n_choices_and_prompt_batches(tok):
+    llm, app = start(tok, per_step=3)
+    with running_server(app) as url:
+        r = httpx.post(f"{url}/v1/completions",
+                       json={"prompt": ["hello", "world!"], "n": 2, "max_tokens": 4, "echo": True})
+        s = httpx.post(f"{url}/v1/completions",
+                       json={"prompt": [[10, 11, 12], [13, 14]], "max_tokens": 3, "stream": True,
+                             "wedlm_trace": True})
+    texts = [c["text"] for c in sorted(r.json()["choices"], key=lambda c: c["index"])]
+    assert texts == ["helloolle", "helloolle", "world!!dlr", "world!!dlr"]
+    assert r.json()["usage"]["prompt_tokens"] == 11 and r.json()["usage"]["completion_tokens"] == 16
+    chunks = sse_payloads(s.text)
+    got = {0: [], 1: []}
+    for c in chunks:
+        for choice in c["choices"]:
+            got[choice["index"]] += choice.get("wedlm", {}).get("token_ids", [])
+    assert got == {0: [12, 11, 10], 1: [14, 13]}
+
+
+def test_disconnected_stream_aborts_its_request(tok):
+    llm, app = start(tok, per_step=1, step_sleep=0.02)
+    with running_server(app) as url:
+        with httpx.stream("POST", f"{url}/v1/completions",
+                          json={"prompt": "x" * 100, "max_tokens": 100, "stream": True}) as r:
+            lines = r.iter_lines()
+            assert next(lines).startswith("data: ")
+        assert wait_until(lambda: not llm.running and app.state.server.engine.num_active() == 0)
+        metrics = httpx.get(f"{url}/metrics").text
+    assert 'wedlm_requests_finished_total{finish_reason="abort"} 1.0' in metrics
+    assert "wedlm_kv_blocks_in_use 0.0" in metrics
+
+
+def test_disconnected_plain_request_aborts_its_request(tok):
+    llm, app = start(tok, per_step=1, step_sleep=0.02)
+    with running_server(app) as url:
+        port = int(url.rsplit(":", 1)[1])
+        body = json.dumps({"prompt": "y" * 100, "max_tokens": 100}).encode()
+        with socket.create_connection(("127.0.0.1", port)) as conn:
+            conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            assert wait_until(lambda: llm.running)
+        assert wait_until(lambda: not llm.running and app.state.server.engine.num_active() == 0)
+        assert llm.steps < 90
+
+
+def test_engine_failure_is_an_error_event_then_done_and_a_500(tok):
+    llm, app = start(tok, per_step=1, fail_on_step=2)
+    with running_server(app) as url:
+        r = httpx.post(f"{url}/v1/completions", json={"prompt": "abcdef", "max_tokens": 5, "stream": True})
+        chunks = sse_payloads(r.text)
+        assert "boom" in chunks[-1]["error"]["message"] and chunks[-1]["error"]["type"] == "server_error"
+        llm.fail_on_step, llm.steps = 1, 0
+        r = httpx.post(f"{url}/v1/completions", json={"prompt": "abcdef", "max_tokens": 5})
+        assert r.status_code == 500 and "boom" in r.json()["error"]["message"]
+        r = httpx.post(f"{url}/v1/completions", json={"prompt": "abc", "max_tokens": 2})
+        assert r.status_code == 200 and r.json()["choices"][0]["text"] == "cb"
+        assert httpx.get(f"{url}/health").json()["status"] == "ok"
+
+
+def test_engine_refusal_is_a_400_naming_the_field(tok):
+    llm, app = start(tok, max_model_len=64)
+    llm.max_model_len = 1000  # the server's own check passes; the engine refuses
+    with running_server(app) as url:
+        r = httpx.post(f"{url}/v1/chat/completions",
+                       json={"messages": [{"role": "user", "content": "z" * 100}], "max_tokens": 2})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+    assert not llm.running
