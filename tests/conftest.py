@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-torch.set_num_threads(2)
+torch.set_num_threads(1)  # a training job may share the 2 cores; oversubscription collapses OpenMP
 
 
 @pytest.fixture(scope="session")
