@@ -182,12 +182,13 @@ class EngineLoop:
 
     def _deliver(self, delta: Any) -> None:
         sink = self._sinks.get(delta.request_id)
+        if sink is None:  # e.g. the engine's own report of a request this loop already aborted
+            return
         if delta.finished:
-            self._sinks.pop(delta.request_id, None)
+            del self._sinks[delta.request_id]
             if self.on_finished is not None:
                 self._safe(self.on_finished, delta)
-        if sink is not None:
-            self._safe(sink, delta)
+        self._safe(sink, delta)
 
     def _abort(self, request_id: str, error: str | None) -> None:
         sink = self._sinks.pop(request_id, None)

@@ -42,7 +42,6 @@ class PromptBuilder:
     def __init__(self, tokenizer: Any, max_model_len: int):
         self.tokenizer = tokenizer
         self.max_model_len = int(max_model_len)
-        self.vocab_size = len(tokenizer)
 
     # ----- prompts -----
     def completion_prompts(self, req: CompletionRequest) -> list[list[int]]:
@@ -52,7 +51,7 @@ class PromptBuilder:
             if isinstance(prompt, str):
                 if not prompt:
                     raise bad_request("prompt", "Invalid value for 'prompt': must not be empty")
-                ids = self.tokenizer.encode(prompt)
+                ids = self.tokenizer.encode(prompt, add_special_tokens=False)  # as the engine does
             else:
                 ids = self._checked_ids(prompt)
             out.append(self._fits("prompt", ids))
@@ -72,10 +71,12 @@ class PromptBuilder:
         """Text of token ids (for `echo`)."""
         return self.tokenizer.decode(ids)
 
-    def _checked_ids(self, ids: list[Any]) -> list[int]:
-        if not ids or not all(isinstance(i, int) and 0 <= i < self.vocab_size for i in ids):
-            raise bad_request("prompt", f"Invalid value for 'prompt': token ids must be integers in "
-                                        f"[0, {self.vocab_size}) and not empty")
+    @staticmethod
+    def _checked_ids(ids: list[Any]) -> list[int]:
+        # The id range is the engine's to check (the model's vocabulary may exceed the tokenizer's).
+        if not ids or not all(isinstance(i, int) and i >= 0 for i in ids):
+            raise bad_request("prompt", "Invalid value for 'prompt': token ids must be non-negative "
+                                        "integers and not empty")
         return list(ids)
 
     def _fits(self, param: str, ids: list[int]) -> list[int]:
