@@ -1,0 +1,44 @@
+"""Engine fixtures: one tiny WeDLM checkpoint (byte tokenizer, mask id 255) and one LLM per session."""
+
+import pytest
+import torch
+
+WEDLM_TINY = dict(family="qwen3", wedlm=True, tokenizer=True, seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_path(ckpt_factory):
+    return ckpt_factory("engine_wedlm_tiny", **WEDLM_TINY)
+
+
+@pytest.fixture(scope="session")
+def make_llm(tiny_path):
+    """make_llm(**kwargs) -> LLM on the tiny checkpoint; cached per kwargs for the session."""
+    from wedlm import LLM
+
+    cache = {}
+
+    def make(**kwargs):
+        key = tuple(sorted(kwargs.items()))
+        if key not in cache:
+            kwargs.setdefault("kv_block_size", 4)
+            kwargs.setdefault("wedlm_window_size", 4)
+            kwargs.setdefault("device", "cpu")
+            cache[key] = LLM(str(tiny_path), **kwargs)
+        return cache[key]
+
+    return make
+
+
+@pytest.fixture
+def llm(make_llm):
+    return make_llm()
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run far faster on one thread, above all on shared, busy cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

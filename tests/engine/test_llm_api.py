@@ -1,0 +1,75 @@
+"""The LLM facade: generate / generate_stream / step-level API / errors / metrics."""
+
+import pytest
+
+from wedlm import LLM, SamplingParams
+from wedlm.engine.outputs import StreamDelta
+
+GREEDY_AR = SamplingParams(temperature=0, max_tokens=12, decoding="ar", ignore_eos=True)
+
+
+def test_generate_results_in_input_order_with_stats(llm):
+    prompts = ["hello", [1, 2, 3, 4, 5, 6, 7], "a"]
+    outs = llm.generate(prompts, GREEDY_AR)
+    alone = [llm.generate([p], GREEDY_AR)[0] for p in prompts]
+    assert [o["token_ids"] for o in outs] == [a["token_ids"] for a in alone]
+    for o in outs:
+        assert set(o) == {"text", "token_ids", "finish_reason", "stats"}
+        assert len(o["token_ids"]) == 12 and o["finish_reason"] == "length"
+        assert o["text"] == llm.tokenizer.decode(o["token_ids"])
+        s = o["stats"]
+        assert s["decode_tokens"] == 12 and s["decode_forwards"] == 12 and s["commits"] == [1] * 12
+        assert s["tokens_per_forward"] == 1.0 and s["p_cache"] == 1.0 and s["ttft_s"] > 0
+    assert outs[0]["stats"]["prompt_tokens"] == 5
+
+
+def test_generate_stream_concatenates_to_generate(llm):
+    prompts = ["hello", "xyz"]
+    full = llm.generate(prompts, GREEDY_AR)
+    got = {0: ([], ""), 1: ([], "")}
+    finals = {}
+    for item in llm.generate_stream(prompts, GREEDY_AR):
+        ids, text = got[item["index"]]
+        got[item["index"]] = (ids + item["new_token_ids"], text + item["new_text"])
+        if item["finished"]:
+            finals[item["index"]] = item
+    for i in range(2):
+        assert got[i] == (full[i]["token_ids"], full[i]["text"])
+        assert finals[i]["finish_reason"] == "length" and finals[i]["stats"]["decode_tokens"] == 12
+
+
+def test_step_level_api_and_abort(llm):
+    before = llm.metrics()
+    rid = llm.add_request([3, 4, 5], GREEDY_AR, request_id="x1")
+    assert rid == "x1" and llm.has_unfinished()
+    deltas = llm.step()
+    assert len(deltas) == 1 and isinstance(deltas[0], StreamDelta)
+    assert deltas[0].request_id == "x1" and deltas[0].step_index == 0 and len(deltas[0].new_token_ids) == 1
+    assert llm.metrics()["num_running"] == 1 and llm.metrics()["kv_blocks_used"] > 0
+    assert llm.abort("x1") is True and llm.abort("x1") is False
+    final = llm.step()
+    assert [(d.request_id, d.finished, d.finish_reason) for d in final] == [("x1", True, "abort")]
+    assert not llm.has_unfinished()
+    assert llm.metrics()["kv_blocks_free"] == before["kv_blocks_free"]
+
+
+def test_add_request_errors_name_the_limit(make_llm):
+    llm = make_llm(max_model_len=32)
+    with pytest.raises(ValueError, match="prompt is empty"):
+        llm.add_request([], GREEDY_AR)
+    with pytest.raises(ValueError, match="prompt has 32 tokens; max_model_len is 32 and needs at least 1"):
+        llm.add_request(list(range(32)), GREEDY_AR)
+    with pytest.raises(ValueError, match=r"prompt token ids must be integers in \[0, 256\)"):
+        llm.add_request([1, 999], GREEDY_AR)
+    llm.add_request([1], GREEDY_AR, request_id="dup")
+    with pytest.raises(ValueError, match="already in use"):
+        llm.add_request([1], GREEDY_AR, request_id="dup")
+    llm.abort("dup")
+    llm.step()
+    assert llm.metrics()["kv_blocks_free"] == llm.metrics()["kv_blocks_total"]
+
+
+def test_llm_properties(llm, tiny_path):
+    assert llm.model_path == str(tiny_path)
+    assert llm.max_model_len == 512
+    assert llm.tokenizer.decode(llm.tokenizer.encode("héllo")) == "héllo"

@@ -1,0 +1,115 @@
+"""Engine configuration and the model folder's recommended decoding defaults.
+
+`EngineConfig` is what `LLM(...)` parses its keyword arguments into. Sizes
+that depend on the model (context length, KV block count) are derived by
+`resolve_*` functions and returned, never written back into the config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..tokenizer import read_json
+
+GENERATION_DEFAULT_KEYS = ("wedlm_window_size", "wedlm_entropy_threshold", "wedlm_pos_penalty_factor")
+DEFAULT_WINDOW = 16
+DEFAULT_MAX_MODEL_LEN = 4096
+CPU_KV_BUDGET_BYTES = 4 << 30
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    """Engine settings.
+
+    Attributes:
+        model: checkpoint folder.
+        window_size: WeDLM window W; None = generation_config.json's
+            `wedlm_window_size`, else 16.
+        max_model_len: context limit (prompt + output); None = min(4096,
+            max_position_embeddings).
+        max_num_seqs: most concurrent running requests.
+        max_num_batched_tokens: most tokens in one forward; None = max(max_model_len, 4W + 2).
+        kv_block_size: rows per KV block (small blocks make prefix sharing useful).
+        num_kv_blocks: KV blocks; None = enough for max_num_seqs full-length
+            requests within the memory budget.
+        device: "cpu", "cuda", "cuda:1"; None = cuda when available.
+        dtype: float32 / bfloat16 / float16; None = bfloat16 on cuda, float32 on cpu.
+        enable_prefix_caching: reuse full committed blocks across requests.
+        gpu_memory_utilization: fraction of free GPU memory the KV cache may take.
+        seed: seeds the per-request RNGs of requests without their own seed.
+    """
+
+    model: str
+    window_size: int | None = None
+    max_model_len: int | None = None
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int | None = None
+    kv_block_size: int = 16
+    num_kv_blocks: int | None = None
+    device: str | None = None
+    dtype: str | None = None
+    enable_prefix_caching: bool = True
+    gpu_memory_utilization: float = 0.9
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_seqs", "kv_block_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("window_size", "max_model_len", "max_num_batched_tokens", "num_kv_blocks"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+
+
+def generation_defaults(path: str | Path) -> dict:
+    """The WeDLM keys of the folder's generation_config.json (empty when absent)."""
+    raw = read_json(Path(path) / "generation_config.json")
+    return {k: raw[k] for k in GENERATION_DEFAULT_KEYS if k in raw}
+
+
+def resolve_device(device: str | None) -> torch.device:
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def resolve_max_model_len(requested: int | None, max_position_embeddings: int) -> int:
+    """Context limit; raises ValueError if above the model's max_position_embeddings."""
+    if requested is None:
+        return min(DEFAULT_MAX_MODEL_LEN, max_position_embeddings)
+    if requested > max_position_embeddings:
+        raise ValueError(f"max_model_len={requested} exceeds the model's "
+                         f"max_position_embeddings={max_position_embeddings}")
+    return requested
+
+
+def resolve_num_blocks(config: EngineConfig, max_model_len: int, bytes_per_block: int,
+                       device: torch.device) -> int:
+    """KV blocks: the requested count, or max_num_seqs full requests capped by memory.
+
+    An explicit `num_kv_blocks` is honoured as given (requests that could never
+    fit are then refused one by one at `add_request`).
+
+    Raises:
+        ValueError: the memory budget holds fewer blocks than one max_model_len request needs.
+    """
+    per_seq = -(-max_model_len // config.kv_block_size)
+    if config.num_kv_blocks is not None:
+        return config.num_kv_blocks
+    else:
+        if device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(device)
+            budget = int(free * config.gpu_memory_utilization)
+        else:
+            budget = CPU_KV_BUDGET_BYTES
+        blocks = min(config.max_num_seqs * per_seq, max(1, budget // bytes_per_block))
+    if blocks < per_seq:
+        raise ValueError(f"num_kv_blocks={blocks} cannot hold one request of max_model_len={max_model_len} "
+                         f"(needs {per_seq} blocks of {config.kv_block_size})")
+    return blocks

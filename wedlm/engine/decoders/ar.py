@@ -1,0 +1,29 @@
+"""Plain autoregressive decoding: one token per forward from the AR head; the reference.
+
+The last committed token is always left uncached and fed as the anchor, so
+each forward writes its K/V and its logits give the next token. p_cache = 1.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..request import Sequence
+from ..sampling import choose
+from .base import Decoder, StepResult, WindowPlan
+
+
+class ARDecoder(Decoder):
+    name = "ar"
+    needs_mask = False
+
+    def init(self, seq: Sequence) -> None:
+        seq.window = []
+
+    def plan(self, seq: Sequence) -> WindowPlan:
+        return WindowPlan([], [], [], anchor=True)
+
+    def update(self, seq: Sequence, plan: WindowPlan, logits: torch.Tensor,
+               argmax: list[int]) -> StepResult:
+        tokens, _ = choose(logits[:1], seq.params, seq.generator, argmax[:1])
+        return StepResult(tokens, 0)

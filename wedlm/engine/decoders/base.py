@@ -1,0 +1,86 @@
+"""The decoder interface: each decoding strategy is a small pluggable object.
+
+A decoder owns the window of a sequence (`seq.window`, slot i at logical
+position len(seq.tokens) + i) and two operations:
+
+* `plan(seq) -> WindowPlan`: the window slots to feed after the uncached
+  committed tokens, in physical order, with their logical positions and the
+  rows whose logits it needs; `anchor=True` also asks for the logits of the
+  last committed token (the AR next-token head).
+* `update(seq, plan, logits, argmax) -> StepResult`: read those logits,
+  decide which tokens are committed and how many of them already have valid
+  cache rows, and set the window for the next forward.
+
+Decoders hold no per-request state of their own (it lives on the Sequence),
+so one instance serves every request. AR decoding is the reference the
+others are tested against (style principle 4).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+
+from ..request import Sequence
+
+
+@dataclass
+class WindowPlan:
+    """What a decoder feeds in the next forward.
+
+    Attributes:
+        token_ids: window slots in physical order ([MASK] id for masks).
+        positions: logical position of each slot.
+        logit_rows: indices into `token_ids` whose logits are needed, in order.
+        anchor: also return the logits of the last committed token, as row 0.
+    """
+
+    token_ids: list[int]
+    positions: list[int]
+    logit_rows: list[int]
+    anchor: bool = False
+
+
+@dataclass
+class StepResult:
+    """What a decoder decided after a forward.
+
+    Attributes:
+        committed: tokens to append to the sequence, in logical order.
+        num_valid: how many leading committed tokens already have valid K/V
+            rows (they were fed this forward in logical order on committed
+            context only, paper section 5.2 step 3); the rest are fed next time.
+    """
+
+    committed: list[int]
+    num_valid: int = 0
+
+
+class Decoder(ABC):
+    """Base class of decoding strategies.
+
+    Args:
+        mask_token_id: the [MASK] id (None for plain AR checkpoints; only `ar`
+            and decoders with `needs_mask = False` then work).
+    """
+
+    name = "base"
+    needs_mask = True
+
+    def __init__(self, mask_token_id: int | None) -> None:
+        self.mask_token_id = mask_token_id
+
+    @abstractmethod
+    def init(self, seq: Sequence) -> None:
+        """Set the window for the first forward (which also carries the prompt)."""
+
+    @abstractmethod
+    def plan(self, seq: Sequence) -> WindowPlan:
+        """The window to feed next."""
+
+    @abstractmethod
+    def update(self, seq: Sequence, plan: WindowPlan, logits: torch.Tensor,
+               argmax: list[int]) -> StepResult:
+        """Consume logits [len(plan.logit_rows) + plan.anchor, V] (anchor row first)."""

@@ -1,0 +1,38 @@
+"""Block-wise (stop-and-wait) decoding: the baseline of the paper's Fig. 3 and Fig. 4c.
+
+A block of W masks at the next W positions is filled by the same entropy rule
+as Streaming Parallel Decoding, but nothing is committed until the whole block
+is filled; then the block is committed at once and the next block starts.
+Filled slots of an unfinished block are re-fed (recomputed) every step, and the
+committed block is fed once more as context with the next block's masks, which
+is what makes p_cache and tokens/forward lower than streaming (section 5.1).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..request import Sequence
+from .base import Decoder, StepResult, WindowPlan
+from .streaming import fill_masks, mask_slots, plan_filled_first
+
+
+class BlockwiseDecoder(Decoder):
+    """`decoding="blockwise"`."""
+
+    name = "blockwise"
+
+    def init(self, seq: Sequence) -> None:
+        seq.window = [None] * min(seq.window_size, seq.budget_left)
+
+    def plan(self, seq: Sequence) -> WindowPlan:
+        return plan_filled_first(seq, self.mask_token_id)
+
+    def update(self, seq: Sequence, plan: WindowPlan, logits: torch.Tensor,
+               argmax: list[int]) -> StepResult:
+        fill_masks(seq, mask_slots(seq), logits, self.mask_token_id)
+        if any(t is None for t in seq.window):
+            return StepResult([], 0)
+        block = list(seq.window)
+        seq.window = [None] * min(seq.window_size, seq.budget_left - len(block))
+        return StepResult(block, 0)  # fed as context (recomputed) with the next block

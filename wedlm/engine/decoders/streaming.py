@@ -1,0 +1,109 @@
+"""WeDLM Streaming Parallel Decoding (paper section 5.2, Algorithm 1, Eq. 11).
+
+Each step the window (W slots at consecutive logical positions after the
+committed text) is fed filled-first, masks after, with logical position ids.
+Then:
+
+1. the leftmost contiguous run of filled slots is committed: those slots were
+   fed in logical order on committed context only, so their K/V rows are
+   valid as written (no recompute);
+2. every remaining mask gets entropy H_i of its prediction, adjusted
+   H~_i = H_i + lambda * d_i with d_i its distance in slots from the leftmost
+   remaining mask; masks with H~_i < tau are filled (sampled with the
+   request's temperature/top-k/top-p; [MASK] itself is never a fill);
+3. if none passes tau, one mask is filled: the LEFTMOST by default (so the
+   next forward always commits at least one token), or the argmin of H~ (the
+   official rule, `wedlm_fallback="argmin"`), which can pick a far slot and
+   commit nothing next step. tau = None fills only the argmin each step;
+4. the window slides: new masks are appended for the committed slots, bounded
+   by the request's remaining budget.
+
+When the leftmost filled run after a fill already ends the request (it holds
+a stop token or reaches the length limit), it is committed at once: its cache
+rows are never needed, so the extra forward is skipped.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..request import Sequence
+from ..sampling import entropy, probabilities, sample
+from .base import Decoder, StepResult, WindowPlan
+
+
+def plan_filled_first(seq: Sequence, mask_id: int) -> WindowPlan:
+    """Reorder seq.window filled-first, then masks, each by ascending position (section 4.1)."""
+    base = len(seq.tokens)
+    filled = [i for i, t in enumerate(seq.window) if t is not None]
+    masks = [i for i, t in enumerate(seq.window) if t is None]
+    ids = [seq.window[i] for i in filled] + [mask_id] * len(masks)
+    return WindowPlan(ids, [base + i for i in filled + masks], list(range(len(filled), len(ids))))
+
+
+def mask_slots(seq: Sequence) -> list[int]:
+    """Window indices of the masks, in the order `plan_filled_first` asks their logits."""
+    return [i for i, t in enumerate(seq.window) if t is None]
+
+
+def fill_masks(seq: Sequence, slots: list[int], logits: torch.Tensor, mask_id: int) -> None:
+    """Fill masks of seq.window by the distance-adjusted entropy rule (Eq. 11).
+
+    Args:
+        slots: window indices of the masks, ascending, aligned with `logits` rows.
+        logits: float [len(slots), V] predictions at those masks.
+    """
+    if not slots:
+        return
+    params = seq.params
+    logits = logits.float().clone()
+    logits[:, mask_id] = float("-inf")  # a filled slot never holds [MASK]
+    probs = probabilities(logits, params)
+    ent = entropy(probs)
+    dist = torch.tensor([s - slots[0] for s in slots], dtype=ent.dtype, device=ent.device)
+    adjusted = ent + params.wedlm_pos_penalty_factor * dist
+    tau = params.wedlm_entropy_threshold
+    if tau is None:
+        chosen = [int(adjusted.argmin())]
+    else:
+        chosen = torch.nonzero(adjusted < tau).flatten().tolist()
+        if not chosen:
+            chosen = [0] if params.wedlm_fallback == "leftmost" else [int(adjusted.argmin())]
+    rows = probs[chosen]
+    tokens = rows.argmax(-1) if params.greedy else sample(rows, seq.generator)
+    for j, t in zip(chosen, tokens.tolist()):
+        seq.window[slots[j]] = t
+
+
+def leading_filled(window: list[int | None]) -> int:
+    n = 0
+    while n < len(window) and window[n] is not None:
+        n += 1
+    return n
+
+
+class StreamingDecoder(Decoder):
+    """`decoding="wedlm"`."""
+
+    name = "wedlm"
+
+    def init(self, seq: Sequence) -> None:
+        seq.window = [None] * min(seq.window_size, seq.budget_left)
+
+    def plan(self, seq: Sequence) -> WindowPlan:
+        return plan_filled_first(seq, self.mask_token_id)
+
+    def update(self, seq: Sequence, plan: WindowPlan, logits: torch.Tensor,
+               argmax: list[int]) -> StepResult:
+        window = seq.window
+        k = leading_filled(window)
+        committed = list(window[:k])
+        fill_masks(seq, mask_slots(seq), logits, self.mask_token_id)
+        budget = seq.budget_left - k
+        rest = seq.window[k:]
+        seq.window = rest + [None] * max(0, min(seq.window_size, budget) - len(rest))
+        run = seq.window[:leading_filled(seq.window)]
+        if run and (len(run) == budget or not seq.stop_ids.isdisjoint(run)):
+            committed += run  # the request ends inside this run: commit without another forward
+            seq.window = seq.window[len(run):]
+        return StepResult(committed, k)

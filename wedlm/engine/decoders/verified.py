@@ -1,0 +1,119 @@
+"""Lossless verified decoding: WeDLM mask predictions as drafts, the AR head as verifier.
+
+The window is [drafts d_0..d_{m-1}, then masks] at consecutive positions after
+the committed text, and the last committed token (the anchor) is fed uncached
+in front of it, so the fed order is plain logical order. One forward gives
+
+* the AR next-token logits at the anchor and at each draft: targets for
+  positions n, n+1, ..., n+m (n = number of committed tokens);
+* mask logits at positions n+m.. (predictions AT their positions).
+
+Verification is speculative decoding's rule. Greedy: accept drafts while they
+equal the AR argmax, then commit the AR argmax at the first mismatch (the
+correction) or after the last draft (the bonus): at least one token per
+forward, and exactly the tokens greedy AR decoding would produce
+(architecture.md invariant 5). Sampling: accept d_i with probability
+min(1, p_i(d_i) / q_i(d_i)); on rejection draw from norm(max(0, p_i - q_i)); if
+all are accepted draw the bonus from p_m. p is the request's processed AR
+distribution, q the distribution the draft was drawn from, so outputs are
+distributed exactly as AR sampling.
+
+The accepted drafts were fed in logical order on committed context, so their
+cache rows are valid; the correction/bonus token becomes the next anchor. When
+every draft was accepted, the masks after the bonus position saw only correct
+context and become the next drafts: the contiguous run whose distance-adjusted
+entropy is below tau (always at least one), at most W-1 of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..request import Sequence
+from ..sampling import entropy, probabilities, sample
+from .base import Decoder, StepResult, WindowPlan
+
+
+@dataclass
+class DraftState:
+    """q distributions [m, V] the current drafts were sampled from (None when greedy)."""
+
+    q: torch.Tensor | None = None
+
+
+class VerifiedDecoder(Decoder):
+    """`decoding="verified"`."""
+
+    name = "verified"
+
+    def init(self, seq: Sequence) -> None:
+        seq.window = [None] * min(seq.window_size, seq.budget_left)
+        seq.decoder_state = DraftState()
+
+    def plan(self, seq: Sequence) -> WindowPlan:
+        base = len(seq.tokens)
+        ids = [self.mask_token_id if t is None else t for t in seq.window]
+        return WindowPlan(ids, list(range(base, base + len(ids))), list(range(len(ids))), anchor=True)
+
+    def update(self, seq: Sequence, plan: WindowPlan, logits: torch.Tensor,
+               argmax: list[int]) -> StepResult:
+        drafts = [t for t in seq.window if t is not None]
+        m = len(drafts)
+        targets = logits[: m + 1]  # AR heads of the anchor and the drafts
+        if seq.params.greedy:
+            accepted, last = _verify_greedy(drafts, argmax[: m + 1])
+        else:
+            accepted, last = _verify_sampled(drafts, targets, seq)
+        committed = drafts[:accepted] + [last]
+        budget = seq.budget_left - len(committed)
+        new_drafts, q = [], None
+        if accepted == m:  # masks after the bonus position saw only correct context
+            new_drafts, q = self._draft(seq, logits[m + 2:], min(seq.window_size - 1, budget))
+        n_masks = min(seq.window_size, budget - len(new_drafts))
+        seq.window = list(new_drafts) + [None] * max(0, n_masks)
+        seq.decoder_state = DraftState(q)
+        return StepResult(committed, accepted)
+
+    def _draft(self, seq: Sequence, logits: torch.Tensor, limit: int) -> tuple[list[int], torch.Tensor | None]:
+        """Drafts from mask logits [k, V] at consecutive positions: the confident leading run."""
+        if limit <= 0 or logits.shape[0] == 0:
+            return [], None
+        logits = logits[:limit]
+        params = seq.params
+        probs = probabilities(logits, params)
+        ent = entropy(probs) + params.wedlm_pos_penalty_factor * torch.arange(
+            probs.shape[0], dtype=torch.float32, device=probs.device)
+        tau = params.wedlm_entropy_threshold
+        passing = (ent < tau).tolist() if tau is not None else [False] * len(ent)
+        n = 1
+        while n < len(passing) and passing[n]:
+            n += 1
+        probs = probs[:n]
+        tokens = probs.argmax(-1) if params.greedy else sample(probs, seq.generator)
+        return tokens.tolist(), None if params.greedy else probs.clone()
+
+
+def _verify_greedy(drafts: list[int], target_ids: list[int]) -> tuple[int, int]:
+    """(number of drafts accepted, the correction or bonus token)."""
+    j = 0
+    while j < len(drafts) and drafts[j] == target_ids[j]:
+        j += 1
+    return j, target_ids[j]
+
+
+def _verify_sampled(drafts: list[int], target_logits: torch.Tensor, seq: Sequence) -> tuple[int, int]:
+    """Speculative sampling (accept with min(1, p/q), else resample from the residual)."""
+    p = probabilities(target_logits, seq.params)  # [m + 1, V]
+    q = seq.decoder_state.q if drafts else None
+    gen = seq.generator
+    for j, d in enumerate(drafts):
+        u = torch.rand((), generator=gen, device=p.device)
+        if u * q[j, d] <= p[j, d]:
+            continue
+        residual = (p[j] - q[j]).clamp_min(0)
+        if residual.sum() <= 0:
+            residual = p[j]
+        return j, int(sample((residual / residual.sum())[None], gen)[0])
+    return len(drafts), int(sample(p[len(drafts):len(drafts) + 1], gen)[0])

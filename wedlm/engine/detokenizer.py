@@ -1,0 +1,86 @@
+"""Incremental detokenisation with UTF-8 safety and stop-string holdback.
+
+Tokens arrive one at a time (several per step under WeDLM). Text is decoded
+over a short sliding range of ids so each token costs O(1) tokenizer work,
+and a decode that ends in U+FFFD (an incomplete UTF-8 sequence split across
+byte-level tokens) is held until the next token completes it. Emitted text
+never contains any part of a stop string: the longest suffix of the text that
+could still grow into a stop string is held back until it is resolved.
+"""
+
+from __future__ import annotations
+
+REPLACEMENT = "\ufffd"
+
+
+class IncrementalDetokenizer:
+    """Turns a stream of output token ids into final text, stop strings applied.
+
+    Args:
+        tokenizer: a HF tokenizer (`decode`).
+        stop_strings: strings that end generation; the text ends before the match.
+    """
+
+    def __init__(self, tokenizer, stop_strings: list[str] | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.stops = list(stop_strings or [])
+        self.max_stop = max((len(s) for s in self.stops), default=0)
+        self.ids: list[int] = []
+        self.text = ""
+        self.prefix_offset = 0
+        self.read_offset = 0
+        self.emitted = 0
+        self.stopped = False
+
+    def add(self, token_id: int) -> bool:
+        """Append one token; True if a stop string now matches (text truncated before it)."""
+        self.ids.append(token_id)
+        decode = self.tokenizer.decode
+        before = decode(self.ids[self.prefix_offset:self.read_offset])
+        after = decode(self.ids[self.prefix_offset:])
+        if len(after) <= len(before) or after.endswith(REPLACEMENT):
+            return False  # an incomplete character: wait for the next token
+        start = len(self.text)
+        self.text += after[len(before):]
+        self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
+        return self._match_stop(start)
+
+    def _match_stop(self, new_start: int) -> bool:
+        if not self.stops:
+            return False
+        search_from = max(0, new_start - self.max_stop + 1)
+        hits = [i for i in (self.text.find(s, search_from) for s in self.stops) if i >= 0]
+        if not hits:
+            return False
+        self.text = self.text[:min(hits)]
+        self.stopped = True
+        return True
+
+    def flush(self) -> str:
+        """Text that became final since the last call (stop-string prefixes held back)."""
+        end = len(self.text) - self._holdback()
+        if end <= self.emitted:
+            return ""
+        out = self.text[self.emitted:end]
+        self.emitted = end
+        return out
+
+    def finish(self) -> str:
+        """Release everything at the end of generation (pending bytes decode as U+FFFD)."""
+        if not self.stopped and self.read_offset < len(self.ids):
+            before = self.tokenizer.decode(self.ids[self.prefix_offset:self.read_offset])
+            self.text += self.tokenizer.decode(self.ids[self.prefix_offset:])[len(before):]
+            self.read_offset = len(self.ids)
+        out = self.text[self.emitted:]
+        self.emitted = len(self.text)
+        return out
+
+    def _holdback(self) -> int:
+        """Length of the longest text suffix that is a proper prefix of a stop string."""
+        if self.stopped:
+            return 0
+        for k in range(min(self.max_stop - 1, len(self.text)), 0, -1):
+            tail = self.text[-k:]
+            if any(s.startswith(tail) for s in self.stops):
+                return k
+        return 0

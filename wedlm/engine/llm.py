@@ -1,0 +1,184 @@
+"""`LLM`: the public facade, a drop-in for the official `wedlm` package.
+
+    from wedlm import LLM, SamplingParams
+    llm = LLM(model="path/to/checkpoint")
+    outs = llm.generate(["Hello"], SamplingParams(temperature=0.0, max_tokens=64))
+
+Besides `generate` / `generate_stream`, the step-level API (`add_request`,
+`step`, `abort`, `has_unfinished`, `metrics`) is the contract the OpenAI
+server drives from its single loop thread. Not thread-safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence as SequenceABC
+
+from .config import EngineConfig
+from .engine import Engine
+from .outputs import StreamDelta
+from .sampling_params import SamplingParams
+
+
+class LLM:
+    """A loaded model with its inference engine.
+
+    Args:
+        model: checkpoint folder (config.json, safetensors, tokenizer).
+        wedlm_window_size: WeDLM window W (None = generation_config.json's, else 16).
+        max_model_len: context limit; None = min(4096, max_position_embeddings).
+        max_num_seqs: most concurrent running requests.
+        kv_block_size: rows per KV block.
+        device, dtype: e.g. "cuda", "bfloat16"; None = cuda+bf16 when available, else cpu+fp32.
+        num_kv_blocks, max_num_batched_tokens, enable_prefix_caching,
+        gpu_memory_utilization, seed: see `EngineConfig`.
+        tensor_parallel_size, enforce_eager: accepted for compatibility with the
+            official package; only tensor_parallel_size=1 is supported.
+
+    Raises:
+        ValueError: a bad setting, naming it; loader errors for a bad folder.
+    """
+
+    def __init__(self, model: str, wedlm_window_size: int | None = None, max_model_len: int | None = None,
+                 max_num_seqs: int = 64, kv_block_size: int = 16, device: str | None = None,
+                 dtype: str | None = None, num_kv_blocks: int | None = None,
+                 max_num_batched_tokens: int | None = None, enable_prefix_caching: bool = True,
+                 gpu_memory_utilization: float = 0.9, seed: int = 0, tensor_parallel_size: int = 1,
+                 enforce_eager: bool = True) -> None:
+        if tensor_parallel_size != 1:
+            raise ValueError(f"tensor_parallel_size must be 1, got {tensor_parallel_size}")
+        self.engine = Engine(EngineConfig(
+            model=str(model), window_size=wedlm_window_size, max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+            kv_block_size=kv_block_size, num_kv_blocks=num_kv_blocks, device=device, dtype=dtype,
+            enable_prefix_caching=enable_prefix_caching, gpu_memory_utilization=gpu_memory_utilization,
+            seed=seed))
+
+    @property
+    def tokenizer(self):
+        """The HF tokenizer of the model folder (None if it has none)."""
+        return self.engine.tokenizer
+
+    @property
+    def max_model_len(self) -> int:
+        return self.engine.max_model_len
+
+    @property
+    def model_path(self) -> str:
+        return self.engine.model_path
+
+    # ---- step-level API (the server's contract) -----------------------------------
+
+    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
+                    request_id: str | None = None) -> str:
+        """Validate and queue a request (streamed: deltas carry text). Raises ValueError naming the field."""
+        return self.engine.add_request(prompt, params, request_id, stream=True)
+
+    def step(self) -> list[StreamDelta]:
+        """Run one engine step (one batched forward); one delta per request that progressed."""
+        return self.engine.step()
+
+    def abort(self, request_id: str) -> bool:
+        """Abort a request and free its KV blocks; False if it is unknown or already finished."""
+        return self.engine.abort(request_id)
+
+    def has_unfinished(self) -> bool:
+        return self.engine.has_unfinished()
+
+    def metrics(self) -> dict:
+        """num_waiting, num_running, kv_blocks_{total,free,used}, prefix_cache_{hit_tokens,queries}."""
+        return self.engine.metrics()
+
+    # ---- batch API ----------------------------------------------------------------
+
+    def generate(self, prompts: str | list[str] | list[list[int]],
+                 sampling_params: SamplingParams | list[SamplingParams] | None = None,
+                 use_tqdm: bool = False) -> list[dict]:
+        """Generate for every prompt; results in input order.
+
+        Returns:
+            one dict per prompt: {"text", "token_ids", "finish_reason", "stats"}
+            ("error" too when a request failed).
+        """
+        prompts, params = self._normalise(prompts, sampling_params)
+        ids = self._add_all(prompts, params, stream=False)
+        index = {rid: i for i, rid in enumerate(ids)}
+        results = [{"text": "", "token_ids": [], "finish_reason": None, "stats": None} for _ in ids]
+        bar = _progress(len(ids)) if use_tqdm else None
+        while any(r["finish_reason"] is None for r in results):
+            for delta in self.engine.step():
+                i = index.get(delta.request_id)
+                if i is None:
+                    continue
+                res = results[i]
+                res["token_ids"].extend(delta.new_token_ids)
+                res["text"] += delta.new_text
+                if delta.finished:
+                    res["finish_reason"], res["stats"] = delta.finish_reason, delta.stats
+                    if delta.error:
+                        res["error"] = delta.error
+                    if bar is not None:
+                        bar.update(1)
+        if bar is not None:
+            bar.close()
+        return results
+
+    def generate_stream(self, prompts: str | list[str] | list[list[int]],
+                        sampling_params: SamplingParams | list[SamplingParams] | None = None
+                        ) -> Iterator[dict]:
+        """Yield increments as tokens are committed.
+
+        Each item: {"index", "request_id", "new_token_ids", "new_text", "finished",
+        "finish_reason", "step_index", "stats"}. Closing the generator aborts
+        the unfinished requests.
+        """
+        prompts, params = self._normalise(prompts, sampling_params)
+        ids = self._add_all(prompts, params, stream=True)
+        index = {rid: i for i, rid in enumerate(ids)}
+        open_ids = set(ids)
+        try:
+            while open_ids:
+                for d in self.engine.step():
+                    if d.request_id not in index:
+                        continue
+                    if d.finished:
+                        open_ids.discard(d.request_id)
+                    yield {"index": index[d.request_id], "request_id": d.request_id,
+                           "new_token_ids": d.new_token_ids, "new_text": d.new_text,
+                           "finished": d.finished, "finish_reason": d.finish_reason,
+                           "step_index": d.step_index, "stats": d.stats}
+        finally:
+            for rid in open_ids:
+                self.engine.abort(rid, report=False)
+
+    def _add_all(self, prompts: list, params: list[SamplingParams], stream: bool) -> list[str]:
+        """Queue all requests, or none: a bad one aborts those already added and re-raises."""
+        ids: list[str] = []
+        try:
+            for prompt, p in zip(prompts, params):
+                ids.append(self.engine.add_request(prompt, p, stream=stream))
+        except Exception:
+            for rid in ids:
+                self.engine.abort(rid, report=False)
+            raise
+        return ids
+
+    @staticmethod
+    def _normalise(prompts, sampling_params) -> tuple[list, list[SamplingParams]]:
+        if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        prompts = list(prompts)
+        if sampling_params is None:
+            sampling_params = SamplingParams()
+        if isinstance(sampling_params, SamplingParams):
+            params = [sampling_params] * len(prompts)
+        else:
+            params = list(sampling_params)
+            if len(params) != len(prompts):
+                raise ValueError(f"sampling_params has {len(params)} entries for {len(prompts)} prompts")
+        return prompts, params
+
+
+def _progress(total: int):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="generate", unit="req")

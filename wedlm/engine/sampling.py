@@ -1,0 +1,71 @@
+"""Token sampling and prediction entropy: greedy, temperature, top-k, top-p, per-request RNG.
+
+All functions are tensor-in, tensor-out on the logits' device. A request's
+`torch.Generator` makes its samples depend only on its own seed, never on
+batch composition. The distribution used for sampling is also the one whose
+entropy drives WeDLM's fill rule (paper section 5.2, Eq. 11): softmax(logits)
+for greedy requests, the temperature/top-k/top-p-processed one otherwise.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .sampling_params import SamplingParams
+
+
+def make_generator(seed: int, device: torch.device | str) -> torch.Generator:
+    """A generator on `device` seeded with `seed` (per request)."""
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    return gen
+
+
+def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """float32 probs [n, V] from logits [n, V] under the request's temperature/top-k/top-p.
+
+    Greedy requests (temperature 0) get plain softmax(logits).
+    """
+    logits = logits.float()
+    if params.greedy:
+        return torch.softmax(logits, dim=-1)
+    logits = logits / params.temperature
+    if params.top_k > 0 and params.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, params.top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if params.top_p < 1.0:
+        probs = _top_p(probs, params.top_p)
+    return probs
+
+
+def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest set of most likely tokens whose mass reaches top_p; renormalise."""
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    before = sorted_probs.cumsum(dim=-1) - sorted_probs  # mass of strictly more likely tokens
+    sorted_probs = sorted_probs.masked_fill(before >= top_p, 0.0)
+    kept = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+    return kept / kept.sum(dim=-1, keepdim=True)
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """int64 [n]: one draw per row of probs [n, V]."""
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def choose(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None,
+           argmax: list[int] | None = None) -> tuple[list[int], torch.Tensor | None]:
+    """Pick one token per row of logits [n, V].
+
+    Returns the token ids and, for sampled requests, the probs [n, V] they were
+    drawn from (None for greedy). `argmax` may pass precomputed greedy ids.
+    """
+    if params.greedy:
+        return (argmax if argmax is not None else logits.argmax(-1).tolist()), None
+    probs = probabilities(logits, params)
+    return sample(probs, generator).tolist(), probs
+
+
+def entropy(probs: torch.Tensor) -> torch.Tensor:
+    """float32 [n]: Shannon entropy (nats) of each row of probs [n, V]."""
+    return -(probs * probs.clamp_min(1e-30).log()).sum(dim=-1)
