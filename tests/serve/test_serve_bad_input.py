@@ -1,0 +1,87 @@
+"""The bad-input matrix: each bad request is a 400 with an OpenAI error body naming the
+field, and the server keeps serving others."""
+
+import json
+
+import httpx
+import openai
+import pytest
+
+from conftest import MAX_MODEL_LEN, MODEL_NAME
+
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+USER = [{"role": "user", "content": "hi"}]
+
+
+def chat(**fields):
+    return json.dumps({"model": MODEL_NAME, "messages": USER, "max_tokens": 4, **fields})
+
+
+def completion(**fields):
+    return json.dumps({"model": MODEL_NAME, "prompt": "hi", "max_tokens": 4, **fields})
+
+
+CASES = [
+    ("invalid JSON", COMPLETIONS, '{"prompt": "hi",', "body"),
+    ("JSON that is not an object", CHAT, "[1, 2]", "body"),
+    ("unknown model", CHAT, chat(model="gpt-17"), "model"),
+    ("missing messages", CHAT, json.dumps({"model": MODEL_NAME}), "messages"),
+    ("empty messages", CHAT, chat(messages=[]), "messages"),
+    ("bad role", CHAT, chat(messages=[{"role": "wizard", "content": "x"}]), "messages.0.role"),
+    ("missing prompt", COMPLETIONS, json.dumps({"model": MODEL_NAME}), "prompt"),
+    ("empty prompt", COMPLETIONS, completion(prompt=""), "prompt"),
+    ("negative temperature", CHAT, chat(temperature=-0.5), "temperature"),
+    ("NaN temperature", COMPLETIONS, completion().replace('"max_tokens"', '"temperature": NaN, "max_tokens"'),
+     "temperature"),
+    ("infinite temperature", CHAT, chat().replace('"max_tokens"', '"temperature": Infinity, "max_tokens"'),
+     "temperature"),
+    ("top_p zero", COMPLETIONS, completion(top_p=0), "top_p"),
+    ("top_p above one", CHAT, chat(top_p=1.5), "top_p"),
+    ("max_tokens zero", COMPLETIONS, completion(max_tokens=0), "max_tokens"),
+    ("max_tokens negative", CHAT, chat(max_tokens=-3), "max_tokens"),
+    ("max_tokens beyond context", CHAT, chat(max_tokens=MAX_MODEL_LEN + 1), "max_tokens"),
+    ("max_tokens past the prompt's room", COMPLETIONS, completion(prompt="z" * 200, max_tokens=100), "max_tokens"),
+    ("max_completion_tokens beyond context", CHAT, chat(max_completion_tokens=10_000), "max_completion_tokens"),
+    ("prompt longer than context", COMPLETIONS, completion(prompt="word " * MAX_MODEL_LEN), "prompt"),
+    ("messages longer than context", CHAT, chat(messages=[{"role": "user", "content": "w" * MAX_MODEL_LEN}]),
+     "messages"),
+    ("token ids out of vocabulary", COMPLETIONS, completion(prompt=[1, 2, 10_000_000]), "prompt"),
+    ("unknown decoding", CHAT, chat(decoding="telepathy"), "decoding"),
+    ("zero window", COMPLETIONS, completion(window_size=0), "window_size"),
+    ("negative tau", CHAT, chat(wedlm_entropy_threshold=-1), "wedlm_entropy_threshold"),
+    ("negative lambda", COMPLETIONS, completion(wedlm_pos_penalty_factor=-0.1), "wedlm_pos_penalty_factor"),
+    ("string temperature", CHAT, chat(temperature="hot"), "temperature"),
+    ("n too large", COMPLETIONS, completion(n=1000), "n"),
+]
+
+
+@pytest.mark.parametrize("name,path,body,param", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_a_400_naming_the_field(base_url, name, path, body, param):
+    r = httpx.post(base_url + path, content=body, headers={"Content-Type": "application/json"}, timeout=30)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert set(r.json()) == {"error"} and set(error) == {"message", "type", "param", "code"}
+    assert error["type"] == "invalid_request_error" and error["code"] is None
+    assert error["param"] == param
+    assert param.split(".")[0] in error["message"] or param == "body"
+
+
+def test_server_keeps_serving_and_the_client_sees_typed_errors(base_url):
+    client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0, timeout=60)
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model=MODEL_NAME, messages=USER, temperature=-1)
+    assert caught.value.param == "temperature" and caught.value.status_code == 400
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.completions.create(model=MODEL_NAME, prompt="hi", max_tokens=4, extra_body={"decoding": "nope"})
+    assert caught.value.param == "decoding"
+    ok = client.completions.create(model=MODEL_NAME, prompt="hi", max_tokens=3, temperature=0)
+    assert ok.usage.completion_tokens == 3
+    assert httpx.get(f"{base_url}/metrics").text.count('status="400"') >= 1
+
+
+def test_unknown_route_and_method_use_the_error_shape(base_url):
+    missing = httpx.get(f"{base_url}/v1/nothing")
+    assert missing.status_code == 404 and missing.json()["error"]["type"] == "invalid_request_error"
+    wrong = httpx.get(f"{base_url}/v1/completions")
+    assert wrong.status_code == 405 and "error" in wrong.json()
