@@ -125,9 +125,10 @@ async function streamAnswer(div, messages) {
         live.tokens += choice.wedlm.num_tokens;
         live.forwards = steps.size;
       }
-      if (piece) {
-        appendStep(div, piece, choice.wedlm);
-        text += piece;
+      // A step whose tokens end mid-character commits no text yet; its span stays empty.
+      if (piece || choice.wedlm) {
+        appendStep(div, piece || "", choice.wedlm);
+        text += piece || "";
       }
       if (choice.finish_reason) finish = choice.finish_reason;
     }

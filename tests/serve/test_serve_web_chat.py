@@ -1,0 +1,71 @@
+"""The web chat in real headless Chromium (Debian's /usr/bin/chromium driven by Playwright):
+type a prompt, watch a streamed answer coloured by decode step, with live stats; a second
+turn carries the conversation. Saves a screenshot under the pytest tmp dir."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        pytest.skip("Debian's chromium is not installed at /usr/bin/chromium (apt-get install -y chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as pw:
+        chrome = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                    args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+        yield chrome
+        chrome.close()
+
+
+def set_value(page, selector, value):
+    page.eval_on_selector(selector, "(el, v) => { el.value = v; el.dispatchEvent(new Event('input')); }",
+                          str(value))
+
+
+def ask(page, text, turn):
+    page.fill("#prompt", text)
+    page.press("#prompt", "Enter")
+    answer = page.locator(".msg.assistant").nth(turn)
+    answer.locator(".meta").wait_for(timeout=60_000)
+    return answer
+
+
+def test_web_chat_streams_a_coloured_answer(browser, base_url, tmp_path):
+    page = browser.new_page(viewport={"width": 1200, "height": 800})
+    errors = []
+    page.on("pageerror", lambda err: errors.append(str(err)))
+    page.goto(base_url + "/")
+    page.wait_for_function("document.querySelector('#model').textContent.includes('wedlm-test')")
+    page.select_option("#decoding", "wedlm")
+    set_value(page, "#tau", 4.5)  # random weights are uncertain: a high tau shows parallel commits
+    set_value(page, "#window", 8)
+    set_value(page, "#max-tokens", 40)
+    set_value(page, "#temperature", 0)
+
+    answer = ask(page, "Hello! Count to five.", turn=0)
+    steps = answer.locator(".step")
+    assert steps.count() >= 2
+    colours = {steps.nth(i).evaluate("el => getComputedStyle(el).backgroundColor") for i in range(steps.count())}
+    assert len(colours) >= 2
+    tokens = [int(steps.nth(i).get_attribute("data-tokens")) for i in range(steps.count())]
+    assert sum(tokens) == 40 and max(tokens) > 1  # several tokens landed in one forward
+    assert float(page.inner_text("#stat-tpf")) > 1.0 and float(page.inner_text("#stat-tps")) > 0
+    assert "tokens/forward" in answer.locator(".meta").inner_text()
+
+    second = ask(page, "And again?", turn=1)
+    assert second.locator(".step").count() >= 1
+    assert page.locator(".msg.user").count() == 2 and not page.locator(".msg.error").count()
+    assert not errors, errors
+
+    shot = tmp_path / "web_chat.png"
+    page.screenshot(path=str(shot), full_page=True)
+    print(f"web chat screenshot: {shot}")
+    keep = Path("/tmp/wedlm_web_chat.png")
+    shutil.copy(shot, keep)
+    assert shot.stat().st_size > 10_000
+    page.close()
