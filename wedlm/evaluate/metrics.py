@@ -19,7 +19,7 @@ def aggregate(stats: Iterable[dict], wall_s: float) -> dict:
     """One metrics row from per-request stats dicts (engine `stats` layout).
 
     Args:
-        stats: dicts with decode_tokens, decode_forwards, p_cache, ttft_s (others ignored).
+        stats: dicts with decode_tokens, decode_forwards, fed_tokens (or p_cache), ttft_s.
         wall_s: wall-clock seconds of the whole run (prefill included).
     Returns:
         {requests, decode_tokens, decode_forwards, tokens_per_forward, p_cache, wall_s,
@@ -28,8 +28,7 @@ def aggregate(stats: Iterable[dict], wall_s: float) -> dict:
     stats = list(stats)
     n_gen = sum(int(s.get("decode_tokens", 0)) for s in stats)
     forwards = sum(int(s.get("decode_forwards", 0)) for s in stats)
-    fed = sum(int(s["decode_tokens"]) / s["p_cache"] for s in stats
-              if s.get("p_cache") and s.get("decode_tokens"))
+    fed = sum(_fed_tokens(s) for s in stats)
     ttfts = [float(s["ttft_s"]) for s in stats if s.get("ttft_s") is not None]
     return {
         "requests": len(stats),
@@ -42,3 +41,12 @@ def aggregate(stats: Iterable[dict], wall_s: float) -> dict:
         "ttft_s": mean(ttfts) if ttfts else None,
         "ttft_max_s": max(ttfts) if ttfts else None,
     }
+
+
+def _fed_tokens(s: dict) -> float:
+    """N_fwd of one request: `fed_tokens` when reported, else N_gen / p_cache."""
+    if s.get("fed_tokens"):
+        return float(s["fed_tokens"])
+    if s.get("p_cache") and s.get("decode_tokens"):
+        return int(s["decode_tokens"]) / float(s["p_cache"])
+    return 0.0

@@ -1,0 +1,165 @@
+"""Bench results out: JSON, a markdown report with the target checks, and matplotlib plots.
+
+What: `write_report(result, out_dir)` writes `benchmarks.json`, `benchmarks.md`
+and `img/bench_*.png` (speed vs tau, accuracy vs speed with the Pareto frontier
+as in the paper's Fig. 5a, p_cache by decoder, the decode trace of one
+prompt). `targets(result)` checks the project's speed claims against a run.
+
+Why: one command regenerates `docs/benchmarks.md` and its figures, so the
+numbers in the docs always come with the exact command and machine line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+SCHEMA_KEYS = ("schema", "command", "created", "model", "machine", "machine_line", "config",
+               "systems", "tasks", "results", "trace", "elapsed_s")
+RESULT_KEYS = ("task", "batch_size", "system", "kind", "decoding", "tau", "lam", "items",
+               "tokens_per_s", "wall_s", "tokens_per_forward", "p_cache", "ttft_s", "decode_tokens",
+               "decode_forwards", "accuracy", "repeats")
+PLOTS = ("bench_speed_vs_tau.png", "bench_accuracy_vs_speed.png", "bench_p_cache.png", "bench_trace.png")
+
+
+def rows(result: dict, task: str | None = None, batch_size: int | None = None, system: str | None = None):
+    """Result rows filtered by task / batch size / system name."""
+    return [r for r in result["results"] if (task is None or r["task"] == task)
+            and (batch_size is None or r["batch_size"] == batch_size)
+            and (system is None or r["system"] == system)]
+
+
+def _one(result, task, b, system):
+    found = rows(result, task, b, system)
+    return found[0] if found else None
+
+
+def _best_wedlm(result: dict, task: str, b: int, accuracy_slack: float | None = None) -> dict | None:
+    """Fastest streaming row (vs ar); with `accuracy_slack`, only rows within it of ar's accuracy."""
+    ar = _one(result, task, b, "ar")
+    cands = [r for r in rows(result, task, b) if r["decoding"] == "wedlm" and r.get("speedup_vs_ar")]
+    if accuracy_slack is not None and ar and ar["accuracy"] is not None:
+        acc = {r["system"]: r["accuracy"] for r in rows(result, task, _acc_batch(result))}
+        cands = [r for r in cands if acc.get(r["system"]) is not None
+                 and acc[r["system"]] >= acc.get("ar", 0) - accuracy_slack]
+    return max(cands, key=lambda r: r["speedup_vs_ar"], default=None)
+
+
+def _at_tau(result: dict, task: str, b: int, decoding: str, tau: float) -> dict | None:
+    """The row of `decoding` at threshold `tau` (the first lambda of the sweep for wedlm)."""
+    lam = result["config"]["lambdas"][0]
+    found = [r for r in rows(result, task, b) if r["decoding"] == decoding and r["tau"] == tau
+             and (decoding != "wedlm" or r["lam"] == lam)]
+    return found[0] if found else None
+
+
+def _acc_batch(result: dict) -> int:
+    return max(r["batch_size"] for r in result["results"])
+
+
+def targets(result: dict) -> list[dict]:
+    """The project's speed claims (issue 6) checked against this run, at batch size 1.
+
+    Each entry: {claim, system, value, target, met}; value None when the run lacks the rows.
+    """
+    b = min(r["batch_size"] for r in result["results"])
+    out = []
+
+    def add(claim, row, key, target, extra_ok=True):
+        value = row.get(key) if row else None
+        out.append({"claim": claim, "system": row["system"] if row else None, "value": value,
+                    "target": target, "met": bool(value is not None and value >= target and extra_ok)})
+
+    best = _best_wedlm(result, "counting", b)
+    add("counting: wall clock vs ar", best, "wall_speedup_vs_ar", 6.0)
+    add("counting: wall clock vs transformers generate", best, "wall_speedup_vs_transformers", 15.0)
+    best = _best_wedlm(result, "arithmetic", b, accuracy_slack=0.02)
+    add("arithmetic: wall clock vs ar, accuracy within 2 points", best, "wall_speedup_vs_ar", 2.5)
+    for task in dict.fromkeys(r["task"] for r in result["results"]):
+        stream = _at_tau(result, task, b, "wedlm", 0.9)
+        block = _at_tau(result, task, b, "blockwise", 0.9)
+        if stream is None or block is None:
+            continue
+        value = stream["tokens_per_s"] / block["tokens_per_s"] if block["tokens_per_s"] else None
+        out.append({"claim": f"{task}: streaming vs blockwise at tau=0.9 (tok/s)", "system": stream["system"],
+                    "value": value, "target": 1.9, "met": bool(value and value >= 1.9)})
+    verified = _one(result, "counting", b, "verified")
+    identical = bool(verified and verified.get("same_as_ar") == 1.0)
+    add("counting: verified vs ar wall clock, identical output", verified, "wall_speedup_vs_ar", 2.0, identical)
+    return out
+
+
+def write_json(result: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1) + "\n")
+
+
+def _fmt(value, spec: str = ".2f", none: str = "-") -> str:
+    return none if value is None else format(value, spec)
+
+
+def markdown(result: dict, img_dir: str = "img") -> str:
+    """The whole markdown report (tables per batch size and task, targets, plots, definitions)."""
+    cfg = result["config"]
+    lines = ["# Benchmarks", "",
+             "Generated by `wedlm bench`; rerun the command below to regenerate this file and its plots.", "",
+             f"- command: `{result['command']}`",
+             f"- machine: {result['machine_line']}",
+             f"- model: `{result['model']}`; greedy decoding; window W={cfg['window_size']}; "
+             f"{cfg['repeats']} timed repeat(s) after a warm-up; run took {result['elapsed_s']:.0f} s",
+             f"- created: {result['created']}", "",
+             "## Targets", "",
+             "| claim | system | measured | target | met |", "|---|---|---:|---:|:-:|"]
+    for t in targets(result):
+        lines.append(f"| {t['claim']} | {t['system'] or '-'} | {_fmt(t['value'])}x | {t['target']:g}x | "
+                     f"{'yes' if t['met'] else 'no'} |")
+    tasks = {t["name"]: t for t in result["tasks"]}
+    for b in cfg["batch_sizes"]:
+        lines += ["", f"## Batch size {b}", ""]
+        for name, task in tasks.items():
+            lines += [f"### {name} ({task['kind']}; {task['items'][str(b)]} prompts, max {task['max_tokens']} "
+                      "new tokens)", "",
+                      "| system | tok/s | tok/forward | p_cache | TTFT ms | accuracy | same as ar | x ar | "
+                      "x transformers |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            for r in rows(result, name, b):
+                acc = _fmt(None if r["accuracy"] is None else 100 * r["accuracy"], ".1f")
+                ttft = _fmt(None if r["ttft_s"] is None else 1000 * r["ttft_s"], ".0f")
+                lines.append(f"| {r['system']} | {r['tokens_per_s']:.1f} | {r['tokens_per_forward']:.2f} | "
+                             f"{r['p_cache']:.2f} | {ttft} | {acc} | {_fmt(r.get('same_as_ar'), '.2f')} | "
+                             f"{_fmt(r.get('speedup_vs_ar'))} | {_fmt(r.get('speedup_vs_transformers'))} |")
+            lines.append("")
+    lines += ["## Plots", ""]
+    for name, title in zip(PLOTS, ("Speed vs tau", "Accuracy vs speed (Pareto frontier, cf. paper Fig. 5a)",
+                                   "p_cache by decoder", "Decode trace: tokens committed per step")):
+        lines += [f"![{title}]({img_dir}/{name})", ""]
+    lines += ["## Definitions", "",
+              "- tok/s: generated tokens / wall-clock seconds of the whole request batch (prefill included),"
+              " median over repeats.",
+              "- tok/forward: generated tokens / decode forwards (sum over requests).",
+              "- p_cache: generated tokens / token instances fed in decode forwards (Eq. 4); 1 for AR.",
+              "- TTFT: seconds from submission to the first committed token (mean over requests).",
+              "- accuracy: exact match of the listing (counting), final number (arithmetic); code and text"
+              " are speed-only.",
+              "- same as ar: share of prompts whose tokens equal the `ar` decoder's.",
+              "- x ar, x transformers: median over repeats of the tok/s ratio to that system, measured"
+              " back to back in the same repeat; the targets use the wall-clock ratio (same workload).",
+              "- wedlm t=TAU l=LAMBDA: streaming parallel decoding (Algorithm 1) with entropy threshold tau"
+              " and distance penalty lambda; blockwise: stop-and-wait blocks of W; verified: drafts"
+              " accepted only where they equal the greedy AR token (lossless); transformers:"
+              " `generate(do_sample=False)` on the same weights."]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(result: dict, out_dir: str | Path, plots: bool = True) -> dict[str, Path]:
+    """Write benchmarks.json, benchmarks.md and (optionally) img/bench_*.png into `out_dir`."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "benchmarks.json", "markdown": out / "benchmarks.md"}
+    result = dict(result, targets=targets(result))
+    write_json(result, paths["json"])
+    paths["markdown"].write_text(markdown(result))
+    if plots:
+        from .plots import write_plots
+
+        paths.update(write_plots(result, out / "img"))
+    return paths

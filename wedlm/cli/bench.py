@@ -1,0 +1,111 @@
+"""`wedlm bench`: the speed benchmark (WeDLM decoders vs AR vs transformers), a thin wrapper.
+
+Parses the command line into a `BenchConfig`, runs `wedlm.bench.runner.run_bench`
+and writes `benchmarks.json`, `benchmarks.md` and `img/bench_*.png` into
+`--out-dir` (`--out-dir docs` regenerates docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from .main import default_model
+
+EXAMPLES = """examples:
+  wedlm bench --quick                      # about a minute on a laptop CPU
+  wedlm bench --out-dir docs               # regenerate docs/benchmarks.md and docs/img/bench_*.png
+  wedlm bench --model /models/WeDLM-8B-Instruct --device cuda --dtype bfloat16 --tasks arithmetic,text
+"""
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "bench", help="speed benchmark: wedlm decoders vs ar vs transformers generate",
+        description="Run counting / arithmetic / code / open-ended text through WeDLM streaming decoding "
+                    "(a sweep of tau and lambda), block-wise, verified, AR and transformers generate on the "
+                    "same weights, timed pair by pair; write JSON, markdown and plots.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=default_model(), help="model folder (default: the shipped %(default)s)")
+    p.add_argument("--quick", action="store_true", help="small sweep and budgets: about a minute")
+    p.add_argument("--out-dir", default="bench_out",
+                   help="where benchmarks.json, benchmarks.md and img/ go (default: %(default)s)")
+    p.add_argument("--tasks", type=_names, default=None, help="comma-separated subset of counting,arithmetic,code,text")
+    p.add_argument("--taus", type=_floats, default=None, metavar="T1,T2", help="entropy thresholds for wedlm")
+    p.add_argument("--lambdas", type=_floats, default=None, metavar="L1,L2",
+                   help="distance penalties: the first for the tau sweep, the rest at --lambda-tau")
+    p.add_argument("--lambda-tau", type=float, default=0.4, help="tau for the lambda sweep (default: %(default)s)")
+    p.add_argument("--blockwise-taus", type=_floats, default=None, metavar="T1,T2", help="thresholds for blockwise")
+    p.add_argument("--batch-sizes", type=_ints, default=(1, 8), help="default: 1,8")
+    p.add_argument("--repeats", type=int, default=None, help="timed repeats (default: 3, quick: 1)")
+    p.add_argument("--max-tokens", type=int, default=None, help="override every task's generation budget")
+    p.add_argument("--window-size", type=int, default=16, metavar="W", help="decoding window (default: %(default)s)")
+    p.add_argument("--no-transformers", action="store_true", help="skip the transformers generate peer")
+    p.add_argument("--no-verified", action="store_true", help="skip the verified decoder")
+    p.add_argument("--prefix-caching", action="store_true",
+                   help="let the engine reuse prompt KV across requests (off: every system prefills every prompt)")
+    p.add_argument("--no-plots", action="store_true", help="write JSON and markdown only")
+    p.add_argument("--device", default="cpu", help="torch device (default: %(default)s)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    p.set_defaults(func=run)
+    return p
+
+
+def config_from_args(args: argparse.Namespace, command: str = ""):
+    """`BenchConfig` from parsed options; --quick shrinks the sweep unless options say otherwise."""
+    from wedlm.bench.runner import BenchConfig
+    from wedlm.bench.tasks import BENCH_TASKS
+
+    quick = args.quick
+    picked = {
+        "taus": args.taus or ((0.4, 0.9) if quick else (0.2, 0.4, 0.6, 0.9)),
+        "lambdas": args.lambdas or ((0.02,) if quick else (0.02, 0.10)),
+        "blockwise_taus": args.blockwise_taus or ((0.9,) if quick else (0.4, 0.9)),
+        "repeats": args.repeats or (1 if quick else 3),
+    }
+    return BenchConfig(model=args.model, tasks=args.tasks or BENCH_TASKS, lambda_tau=args.lambda_tau,
+                       batch_sizes=args.batch_sizes, max_tokens=args.max_tokens,
+                       verified=not args.no_verified, transformers=not args.no_transformers,
+                       window_size=args.window_size, prefix_caching=args.prefix_caching, device=args.device, dtype=args.dtype, quick=quick,
+                       command=command, **picked)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from wedlm.bench.report import targets, write_report
+    from wedlm.bench.runner import run_bench
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    argv = sys.argv[1:] if sys.argv[1:2] == ["bench"] else ["bench", "..."]
+    cfg = config_from_args(args, shlex.join(["wedlm", *argv]))
+    result = run_bench(cfg)
+    paths = write_report(result, args.out_dir, plots=not args.no_plots)
+    print(f"machine: {result['machine_line']}")
+    for t in targets(result):
+        value = "-" if t["value"] is None else f"{t['value']:.2f}x"
+        print(f"  [{'met' if t['met'] else 'not met'}] {t['claim']}: {value} (target {t['target']:g}x, {t['system']})")
+    for kind, path in paths.items():
+        print(f"{kind}: {path}")
+    return 0

