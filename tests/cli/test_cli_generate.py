@@ -1,0 +1,83 @@
+"""`wedlm generate`: complete --help, --json equal to LLM.generate, prompt from file and stdin."""
+
+import io
+import json
+
+import pytest
+
+from wedlm import SamplingParams
+from wedlm.cli.main import build_parser, main
+
+COMMANDS = ("generate", "chat", "serve")
+
+
+def sub_parser(name):
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    return sub.choices[name]
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_help_documents_every_option(name, capsys):
+    parser = sub_parser(name)
+    for action in parser._actions:
+        assert action.help, f"{name}: {action.option_strings or action.dest} has no help"
+    with pytest.raises(SystemExit) as done:
+        main([name, "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    for option in ("--model", "--device", "--window-size"):
+        assert option in out
+    if name != "serve":
+        for option in ("--decoding", "--threshold", "--penalty", "--temperature", "--max-tokens"):
+            assert option in out
+
+
+def args(model, *extra):
+    return ["generate", "--model", str(model), "--max-model-len", "256", "--temperature", "0", *extra]
+
+
+def test_json_equals_library_generate(cli_model, cli_llm, capsys):
+    assert main(args(cli_model, "Hello there", "--max-tokens", "8", "--threshold", "5", "--json")) == 0
+    got = json.loads(capsys.readouterr().out)
+    want = cli_llm.generate(["Hello there"], SamplingParams(temperature=0.0, max_tokens=8,
+                                                             wedlm_entropy_threshold=5.0))[0]
+    assert got["text"] == want["text"] and got["token_ids"] == want["token_ids"]
+    assert set(got["stats"]) >= {"decode_forwards", "tokens_per_forward", "p_cache"}
+    assert got["finish_reason"] == "length"
+
+
+def test_prompt_from_file_and_stdin_and_streamed_text(cli_model, cli_llm, tmp_path, capsys, monkeypatch):
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("Count: 1 2 3")
+    want = cli_llm.generate(["Count: 1 2 3"], SamplingParams(temperature=0.0, max_tokens=6, decoding="ar"))[0]
+    assert main(args(cli_model, "--file", str(prompt), "--max-tokens", "6", "--decoding", "ar")) == 0
+    out, err = capsys.readouterr()
+    assert out == want["text"] + "\n"
+    assert "tokens/forward" in err and "tok/s" in err
+    monkeypatch.setattr("sys.stdin", io.StringIO("Count: 1 2 3"))
+    assert main(args(cli_model, "-", "--max-tokens", "6", "--decoding", "ar", "--json")) == 0
+    assert json.loads(capsys.readouterr().out)["text"] == want["text"]
+
+
+def test_chat_flag_uses_the_template(cli_model, cli_llm, capsys):
+    assert main(args(cli_model, "Hi", "--chat", "--system", "Be brief.", "--max-tokens", "5", "--json")) == 0
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    text = cli_llm.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    want = cli_llm.generate([text], SamplingParams(temperature=0.0, max_tokens=5))[0]
+    assert json.loads(capsys.readouterr().out)["token_ids"] == want["token_ids"]
+
+
+@pytest.mark.parametrize("extra,field", [
+    (["--top-p", "2"], "top_p"),
+    (["--max-tokens", "0"], "max_tokens"),
+    (["--temperature", "-1"], "temperature"),
+])
+def test_bad_parameters_exit_2_naming_the_field(cli_model, capsys, extra, field):
+    assert main(args(cli_model, "x", *extra)) == 2
+    assert field in capsys.readouterr().err
+
+
+def test_missing_prompt_is_a_usage_error(cli_model, capsys):
+    assert main(args(cli_model)) == 2
+    assert "no prompt" in capsys.readouterr().err
