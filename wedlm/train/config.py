@@ -51,7 +51,9 @@ class TrainConfig:
     save_every: int = 100
     keep_checkpoints: int = 2
     log_every: int = 10
-    max_minutes: float | None = None  # wall-clock guard: checkpoint and stop (resume continues)
+    max_minutes: float | None = None  # wall-clock guard: checkpoint, then finish the stage early
+    schedule_by_time: bool = False  # cosine over max(step/max_steps, elapsed/max_minutes)
+    stop_after_steps: int | None = None  # checkpoint and exit after this many steps in this invocation
     attention: str = "chunked"
     chunk: int = 256
     mixed_precision: str = "no"  # "bf16" on GPU

@@ -5,9 +5,9 @@ linear warmup + cosine decay, gradient clipping, gradient accumulation and
 data parallelism through `accelerate` (gloo on CPU, NCCL on GPU; FSDP/DeepSpeed
 come from accelerate's own config file), bf16 on GPU when asked. It writes
 `log.jsonl` (one JSON object per optimizer step logged), resumable checkpoints
-under `checkpoints/step_N` (model, optimiser, scheduler and RNG via
-`accelerator.save_state`, plus `trainer_state.json` with the step, which fixes
-the data position) and the final HF checkpoint under `final/`.
+under `checkpoints/step_N` (model, optimiser and RNG via `accelerator.save_state`,
+plus `trainer_state.json` with the step and elapsed time, which fix the data
+position and the LR schedule) and the final HF checkpoint under `final/`.
 
 Why this shape: every row of the global batch has a global index; its packing
 and its mask draw depend only on (seed, index). So a resumed run, or the same
@@ -42,16 +42,22 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
                    "merges.txt", "chat_template.jinja")
 
 
-def lr_lambda(cfg: TrainConfig):
-    """Multiplier of cfg.lr at a step: linear warmup, then cosine down to cfg.min_lr."""
-    floor = cfg.min_lr / cfg.lr
+def progress(cfg: TrainConfig, step: int, elapsed_s: float) -> float:
+    """Fraction of the stage done: step / max_steps, or the wall-clock fraction of max_minutes
+    when `schedule_by_time` is set and that is larger (the stage then ends on time, annealed)."""
+    p = step / cfg.max_steps
+    if cfg.schedule_by_time and cfg.max_minutes:
+        p = max(p, elapsed_s / (60 * cfg.max_minutes))
+    return min(1.0, p)
 
-    def f(step: int) -> float:
-        if step < cfg.warmup_steps:
-            return (step + 1) / cfg.warmup_steps
-        t = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps))
-        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * t))
-    return f
+
+def learning_rate(cfg: TrainConfig, step: int, elapsed_s: float) -> float:
+    """Linear warmup over `warmup_steps`, then cosine from cfg.lr down to cfg.min_lr."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    start = cfg.warmup_steps / cfg.max_steps
+    t = max(0.0, (progress(cfg, step, elapsed_s) - start) / max(1e-9, 1 - start))
+    return cfg.min_lr + (cfg.lr - cfg.min_lr) * 0.5 * (1 + math.cos(math.pi * min(1.0, t)))
 
 
 def init_weights(model: nn.Module, std: float) -> None:
@@ -107,7 +113,7 @@ def attention_for(cfg: TrainConfig, batch: DualStreamExample):
         return DenseAttention(batch.attention_mask)
     if cfg.attention == "flex":
         from .flex import FlexDualStreamAttention
-        return FlexDualStreamAttention.from_mask(batch.attention_mask)
+        return FlexDualStreamAttention.from_positions(batch.position_ids, cfg.seq_len, cfg.block_size)
     return ChunkedDualStreamAttention(batch.attention_mask, stream_len=cfg.seq_len,
                                       block_size=cfg.block_size, chunk=cfg.chunk)
 
@@ -182,8 +188,9 @@ def train(cfg: TrainConfig) -> Path:
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                                    {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=cfg.betas)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
-    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    # The LR schedule is a function of (step, elapsed) kept in trainer_state.json, so no scheduler
+    # object is checkpointed (and none is prepared: accelerate steps those once per process).
+    model, optimizer = accelerator.prepare(model, optimizer)
 
     ckpts = Checkpoints(cfg.run_dir, cfg.keep_checkpoints)
     state = {"step": 0, "tokens": 0, "elapsed_s": 0.0}
@@ -195,14 +202,16 @@ def train(cfg: TrainConfig) -> Path:
     if accelerator.is_main_process:
         cfg.run_dir.mkdir(parents=True, exist_ok=True)
         (cfg.run_dir / "train_config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
-    run_loop(cfg, accelerator, model, optimizer, scheduler, packer, mask_id, ckpts, state)
-    if state["step"] >= cfg.max_steps:
+    run_loop(cfg, accelerator, model, optimizer, packer, mask_id, ckpts, state)
+    if stage_done(cfg, state):
         save_final(cfg, accelerator, model, model_config, state)
     return final
 
 
-def step_once(cfg, accelerator, model, optimizer, scheduler, packer, mask_id, step) -> dict:
-    """One optimizer step over all micro-batches; returns global loss statistics."""
+def step_once(cfg, accelerator, model, optimizer, packer, mask_id, step, lr) -> dict:
+    """One optimizer step at learning rate `lr` over all micro-batches; returns global loss statistics."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
     batches = micro_batches(cfg, packer, step, accelerator.process_index, accelerator.num_processes, mask_id)
     totals = torch.tensor([sum(float(b.loss_weights.sum()) for b in batches),
                            sum(float((b.labels[:, : cfg.seq_len] != -100).sum()) for b in batches)],
@@ -219,7 +228,6 @@ def step_once(cfg, accelerator, model, optimizer, scheduler, packer, mask_id, st
         sums += torch.stack([s.mask_ce.detach(), s.ar_ce.detach()])
     grad_norm = accelerator.clip_grad_norm_(model.parameters(), cfg.grad_clip)
     optimizer.step()
-    scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     mask_ce, ar_ce = accelerator.reduce(sums, "sum").tolist()
     mask_loss = mask_ce / total_w if total_w > 0 else 0.0
@@ -237,35 +245,44 @@ class _null:
         return False
 
 
-def run_loop(cfg, accelerator, model, optimizer, scheduler, packer, mask_id, ckpts, state) -> None:
+def run_loop(cfg, accelerator, model, optimizer, packer, mask_id, ckpts, state) -> None:
     """Steps from state["step"] to max_steps with logging, checkpoints and the wall-clock guard."""
     log = cfg.run_dir / "log.jsonl"
     bar = tqdm(total=cfg.max_steps, initial=state["step"], disable=not accelerator.is_main_process,
                dynamic_ncols=True, mininterval=5.0, desc=f"{cfg.stage} {cfg.run_dir.name}")
     start, start_elapsed, start_tokens = time.time(), state["elapsed_s"], state["tokens"]
-    while state["step"] < cfg.max_steps:
-        stats = step_once(cfg, accelerator, model, optimizer, scheduler, packer, mask_id, state["step"])
+    first_step = state["step"]
+    while not stage_done(cfg, state):
+        lr = learning_rate(cfg, state["step"], state["elapsed_s"])
+        stats = step_once(cfg, accelerator, model, optimizer, packer, mask_id, state["step"], lr)
         state["step"] += 1
         state["tokens"] += stats["tokens"]
         state["elapsed_s"] = start_elapsed + time.time() - start
         tok_s = (state["tokens"] - start_tokens) / max(1e-9, time.time() - start)
         bar.update(1)
         bar.set_postfix(loss=f"{stats['loss']:.3f}", tok_s=f"{tok_s:.0f}", refresh=False)
-        if accelerator.is_main_process and (state["step"] % cfg.log_every == 0 or state["step"] == 1
-                                            or state["step"] == cfg.max_steps):
+        last = stage_done(cfg, state) or (cfg.max_minutes is not None and state["elapsed_s"] > 60 * cfg.max_minutes)
+        if accelerator.is_main_process and (state["step"] % cfg.log_every == 0 or state["step"] == 1 or last):
             record = {"step": state["step"], **{k: round(v, 5) for k, v in stats.items() if k != "tokens"},
-                      "lr": scheduler.get_last_lr()[0], "tokens": state["tokens"], "tok_s": round(tok_s, 1),
+                      "lr": lr, "tokens": state["tokens"], "tok_s": round(tok_s, 1),
                       "elapsed_s": round(state["elapsed_s"], 1)}
             with open(log, "a") as f:
                 f.write(json.dumps(record) + "\n")
-        over_time = cfg.max_minutes is not None and state["elapsed_s"] > 60 * cfg.max_minutes
-        if state["step"] % cfg.save_every == 0 or state["step"] == cfg.max_steps or over_time:
+        out_of_time = cfg.max_minutes is not None and state["elapsed_s"] > 60 * cfg.max_minutes
+        if state["step"] < cfg.max_steps and out_of_time:
+            state["ended_by"] = "time"  # schedule_by_time: annealed on time; else the wall-clock guard
+            accelerator.print(f"stage ends on its wall-clock budget at step {state['step']}")
+        pause = cfg.stop_after_steps is not None and state["step"] - first_step >= cfg.stop_after_steps
+        if state["step"] % cfg.save_every == 0 or stage_done(cfg, state) or pause:
             ckpts.save(accelerator, state["step"], state)
-        if over_time and state["step"] < cfg.max_steps:
-            accelerator.print(f"wall-clock guard: stopping at step {state['step']} after {cfg.max_minutes} min")
-            state["step"] = cfg.max_steps  # finish the stage with what we have
-            state["truncated"] = True
+        if pause and not stage_done(cfg, state):
+            accelerator.print(f"stopping after {cfg.stop_after_steps} steps at step {state['step']} (resumable)")
+            break
     bar.close()
+
+
+def stage_done(cfg: TrainConfig, state: dict) -> bool:
+    return state["step"] >= cfg.max_steps or state.get("ended_by") == "time"
 
 
 def save_final(cfg, accelerator, model, model_config, state) -> None:
@@ -274,7 +291,8 @@ def save_final(cfg, accelerator, model, model_config, state) -> None:
         final = cfg.run_dir / "final"
         unwrapped = accelerator.unwrap_model(model)
         extra = {"wedlm_training": {"stage": cfg.stage, "steps": state["step"], "tokens": state["tokens"],
-                                    "truncated": bool(state.get("truncated", False))}}
+                                    "elapsed_s": round(state["elapsed_s"]),
+                                    "ended_by": state.get("ended_by", "steps")}}
         save_model(unwrapped, final, extra)
         for name in TOKENIZER_FILES:
             src = Path(cfg.tokenizer) / name
