@@ -1,0 +1,75 @@
+"""`wedlm convert`: a Qwen2/Qwen3 AR checkpoint becomes a WeDLM checkpoint the engine loads.
+
+Weights must be byte-identical; config gets model_type wedlm, the family's
+attention flags and mask_token_id; the tokenizer gains `<|mask|>` when missing.
+"""
+
+import json
+
+import pytest
+import torch
+
+from wedlm.cli.main import main
+from wedlm.convert import ConvertError, convert
+from wedlm.model import load_model
+from wedlm.testing import make_hf_checkpoint
+
+
+@pytest.mark.parametrize("family,bias,qk_norm", [("qwen3", False, True), ("qwen2", True, False)])
+def test_convert_keeps_weights_and_sets_config(tmp_path, family, bias, qk_norm):
+    src = make_hf_checkpoint(tmp_path / "src", family=family, tokenizer=True, vocab_size=260)
+    dst = tmp_path / "dst"
+    assert main(["convert", str(src), str(dst)]) == 0
+    raw = json.loads((dst / "config.json").read_text())
+    assert raw["model_type"] == "wedlm" and raw["attention_bias"] is bias and raw["qk_norm"] is qk_norm
+    assert raw["mask_token_id"] == 259  # byte_tokenizer's <|mask|>
+    assert (dst / "model.safetensors").read_bytes() == (src / "model.safetensors").read_bytes()
+    a, b = load_model(src), load_model(dst)
+    assert b.config.is_wedlm and b.config.mask_token_id == 259
+    ids = torch.arange(10)[None]
+    from wedlm.model import DenseAttention
+    assert torch.equal(a(ids, ids, DenseAttention()), b(ids, ids, DenseAttention()))
+
+
+def test_convert_adds_mask_token(tmp_path):
+    from transformers import AutoTokenizer
+
+    src = make_hf_checkpoint(tmp_path / "src", family="qwen3", tokenizer=True, vocab_size=270)
+    tok = AutoTokenizer.from_pretrained(str(src))
+    # rebuild the tokenizer without <|mask|>: drop it from the saved tokenizer.json
+    data = json.loads((src / "tokenizer.json").read_text())
+    data["added_tokens"] = [t for t in data["added_tokens"] if t["content"] != "<|mask|>"]
+    (src / "tokenizer.json").write_text(json.dumps(data))
+    cfg = json.loads((src / "tokenizer_config.json").read_text())
+    cfg.pop("mask_token", None)
+    cfg.pop("added_tokens_decoder", None)
+    (src / "tokenizer_config.json").write_text(json.dumps(cfg))
+    assert len(tok) == 260
+    dst = convert(src, tmp_path / "dst")
+    new_tok = AutoTokenizer.from_pretrained(str(dst))
+    mask_id = json.loads((dst / "config.json").read_text())["mask_token_id"]
+    assert new_tok.convert_ids_to_tokens(mask_id) == "<|mask|>" and mask_id < 270
+
+
+def test_convert_rejects_bad_inputs(tmp_path):
+    src = make_hf_checkpoint(tmp_path / "src", family="qwen3", tokenizer=True, vocab_size=260)
+    with pytest.raises(ConvertError):
+        convert(src, src)
+    raw = json.loads((src / "config.json").read_text())
+    raw["model_type"] = "llama"
+    (src / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(ConvertError, match="llama"):
+        convert(src, tmp_path / "dst")
+
+
+def test_converted_checkpoint_loads_in_engine(tmp_path):
+    engine = pytest.importorskip("wedlm.engine.llm")
+    src = make_hf_checkpoint(tmp_path / "src", family="qwen3", tokenizer=True, vocab_size=260)
+    dst = convert(src, tmp_path / "dst")
+    from wedlm import SamplingParams
+
+    llm = engine.LLM(model=str(dst))
+    for decoding in ("ar", "wedlm"):
+        out = llm.generate(["abc"], SamplingParams(max_tokens=8, temperature=0, decoding=decoding))[0]
+        assert 1 <= len(out["token_ids"]) <= 8
+        assert out["stats"]["tokens_per_forward"] > 0
