@@ -122,3 +122,41 @@ def test_engine_refusal_is_a_400_naming_the_field(tok):
                        json={"messages": [{"role": "user", "content": "z" * 100}], "max_tokens": 2})
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
     assert not llm.running
+
+
+def test_stream_whose_client_is_gone_before_the_first_byte_is_aborted(tok):
+    import asyncio
+
+    from starlette.requests import ClientDisconnect
+
+    llm, app = start(tok, per_step=1, step_sleep=0.02)
+    engine = app.state.server.engine.start()
+    body = json.dumps({"prompt": "q" * 100, "max_tokens": 100, "stream": True}).encode()
+    scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"}, "http_version": "1.1",
+             "method": "POST", "scheme": "http", "path": "/v1/completions", "raw_path": b"/v1/completions",
+             "query_string": b"", "root_path": "", "headers": [(b"content-type", b"application/json")],
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2)}
+
+    async def call():
+        sent = {"body": False}
+
+        async def receive():
+            if not sent["body"]:
+                sent["body"] = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await asyncio.sleep(3600)
+
+        async def send(message):
+            raise OSError("client went away")
+
+        try:
+            await app(scope, receive, send)
+        except (OSError, ClientDisconnect):
+            pass
+
+    try:
+        asyncio.run(call())
+        assert wait_until(lambda: not llm.running and engine.num_active() == 0)
+        assert llm.steps < 90
+    finally:
+        engine.stop()

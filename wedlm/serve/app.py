@@ -73,9 +73,7 @@ class Server:
         lengths = [len(ids) for ids in prompts]
         if req.stream:
             self.metrics.observe_request(endpoint, 200)
-            events = self.events(group, env, req, echo)
-            return StreamingResponse(events, media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            return EngineStream(self.events(group, env, req, echo), group)
         response = await self.collect(request, group, env, lengths, echo)
         self.metrics.observe_request(endpoint, response.status_code)
         return response
@@ -184,6 +182,25 @@ class Server:
         body = {"status": "ok" if ok else "engine stopped", "model": self.model_name,
                 "running": self.engine.num_active(), "last_error": self.engine.last_error}
         return JSONResponse(body, status_code=200 if ok else 503)
+
+
+class EngineStream(StreamingResponse):
+    """An SSE response that aborts its engine requests however it ends.
+
+    The events generator closes the group itself, but a client that is gone before the
+    first byte means the generator never starts; closing here covers that case too.
+    """
+
+    def __init__(self, events: AsyncIterator[str], group: RequestGroup):
+        super().__init__(events, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self.group = group
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.group.close()
 
 
 def delta_failure(delta: Any) -> str | None:
