@@ -47,7 +47,8 @@ class RequestStats:
             shares its forward with the prefill).
         fed_tokens: token instances fed for generation in those forwards
             (window slots, drafts, the AR anchor, recomputed outputs): N_fwd of Eq. 4.
-        prefix_cache_hit_tokens: prompt tokens whose KV came from the prefix cache.
+        prefix_cache_hit_tokens: tokens whose KV came from the prefix cache
+            (re-admissions after a preemption included).
         ttft_s: seconds from arrival to the first committed token.
         decode_time_s: seconds from the end of the first forward to the finish.
         commits: tokens committed at each decode forward (the decode trace).

@@ -103,7 +103,7 @@ class Scheduler:
         while self.waiting and len(self.running) < self.max_num_seqs and budget > 0:
             seq = self.waiting[0]
             if not seq.block_table:
-                self.block_manager.admit(seq)
+                seq.stats.prefix_cache_hit_tokens += self.block_manager.admit(seq)
             item = self._plan(seq, budget)
             if item is None or not self.block_manager.grow(seq, seq.num_cached + item.query_len):
                 if self.running or out.scheduled:

@@ -70,14 +70,20 @@ class VerifiedDecoder(Decoder):
         budget = seq.budget_left - len(committed)
         new_drafts, q = [], None
         if accepted == m:  # masks after the bonus position saw only correct context
-            new_drafts, q = self._draft(seq, logits[m + 2:], min(seq.window_size - 1, budget))
+            new_drafts, q = self._draft(seq, logits[m + 2:], min(seq.window_size - 1, budget),
+                                        len(seq.tokens) + len(committed))
         n_masks = min(seq.window_size, budget - len(new_drafts))
         seq.window = list(new_drafts) + [None] * max(0, n_masks)
         seq.decoder_state = DraftState(q)
         return StepResult(committed, accepted)
 
-    def _draft(self, seq: Sequence, logits: torch.Tensor, limit: int) -> tuple[list[int], torch.Tensor | None]:
-        """Drafts from mask logits [k, V] at consecutive positions: the confident leading run."""
+    def _draft(self, seq: Sequence, logits: torch.Tensor, limit: int,
+               first_position: int) -> tuple[list[int], torch.Tensor | None]:
+        """Drafts for positions first_position.. from mask logits [k, V] there: the confident leading run.
+
+        Returns at most `limit` draft ids and the q rows [n, V] they were sampled
+        from (None when greedy); always at least one draft when any is allowed.
+        """
         if limit <= 0 or logits.shape[0] == 0:
             return [], None
         logits = logits[:limit]

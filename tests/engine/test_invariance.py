@@ -1,0 +1,64 @@
+"""Invariants 6 and 8: batch invariance (alone / batch of 8 / prefix hit / preempted) and no lost blocks."""
+
+import pytest
+
+from wedlm import LLM, SamplingParams
+
+BATCH = [[(13 * i + 5 * j) % 250 for j in range(n)] for i, n in enumerate([3, 17, 1, 9, 30, 5, 12, 2])]
+DECODERS = ["ar", "wedlm", "verified", "blockwise"]
+
+
+def params(decoding, **kw):
+    return SamplingParams(temperature=0, max_tokens=14, ignore_eos=True, decoding=decoding, **kw)
+
+
+@pytest.mark.parametrize("decoding", DECODERS)
+def test_greedy_tokens_do_not_depend_on_the_batch(make_llm, decoding):
+    llm = make_llm()
+    p = params(decoding, wedlm_entropy_threshold=5.0) if decoding != "ar" else params("ar")
+    alone = [llm.generate([q], p)[0]["token_ids"] for q in BATCH]
+    batched = llm.generate(BATCH, p)
+    assert [o["token_ids"] for o in batched] == alone
+    # a second request sharing a long prefix hits the prefix cache and still matches
+    before = llm.metrics()["prefix_cache_hit_tokens"]
+    hit = llm.generate([BATCH[4]], p)[0]
+    assert hit["token_ids"] == alone[4]
+    assert hit["stats"]["prefix_cache_hit_tokens"] == 28  # 7 full blocks of 4; the last token is fed
+    assert llm.metrics()["prefix_cache_hit_tokens"] - before == 28
+
+
+def test_preemption_resumes_with_identical_tokens_and_frees_everything(tiny_path):
+    llm = LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=4, num_kv_blocks=24, device="cpu")
+    ref = LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=4, device="cpu")
+    mixed = [params(d, wedlm_entropy_threshold=5.0) for d in DECODERS] * 2
+    expected = [ref.generate([q], p)[0]["token_ids"] for q, p in zip(BATCH, mixed)]
+    outs = llm.generate(BATCH, mixed)
+    assert [o["token_ids"] for o in outs] == expected
+    assert sum(o["stats"]["preemptions"] for o in outs) > 0
+    m = llm.metrics()
+    assert m["kv_blocks_free"] == m["kv_blocks_total"] == 24 and m["num_running"] == m["num_waiting"] == 0
+
+
+def test_blocks_return_after_aborts_and_rejections(make_llm):
+    llm = make_llm(max_model_len=64)
+    total = llm.metrics()["kv_blocks_total"]
+    ids = [llm.add_request(q, params(d)) for q, d in zip(BATCH, DECODERS * 2)]
+    llm.step()
+    llm.step()
+    assert llm.metrics()["kv_blocks_free"] < total
+    for rid in ids[::2]:
+        assert llm.abort(rid)
+    with pytest.raises(ValueError):
+        llm.add_request(list(range(64)), params("ar"))
+    while llm.has_unfinished():
+        llm.step()
+    assert llm.metrics()["kv_blocks_free"] == total
+
+
+def test_request_larger_than_the_cache_is_refused(tiny_path):
+    llm = LLM(str(tiny_path), kv_block_size=4, num_kv_blocks=5, device="cpu")
+    with pytest.raises(ValueError, match="needs up to 6 KV blocks .* num_kv_blocks=5"):
+        llm.add_request([1, 2, 3, 4], SamplingParams(temperature=0, max_tokens=20, decoding="ar"))
+    out = llm.generate([[1, 2, 3, 4]], params("ar"))[0]  # 4 + 14 rows = 5 blocks: fits
+    assert len(out["token_ids"]) == 14
+    assert llm.metrics()["kv_blocks_free"] == 5
