@@ -1,63 +1,21 @@
-"""Server fixtures: uvicorn on a free loopback port in a thread, over a tiny random WeDLM.
+"""Server fixtures over a tiny random WeDLM: a real server per test module, a reference engine.
 
-`running_server(app)` serves an app from a background thread on a socket bound to
-127.0.0.1:0 (no port race) and yields its base URL. The served engine and the reference
-engine the tests compare against are separate `LLM` objects over the same checkpoint,
-because the server's engine thread must be the only user of its `LLM`.
+The served engine and the reference engine the tests compare against are separate `LLM`
+objects over the same checkpoint, because the server's engine thread must be the only
+user of its `LLM`. Helpers live in tests_serve_util.py (conftest modules are not imported).
 """
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import threading
-import time
-
 import pytest
 
-MODEL_NAME = "wedlm-test"
-MAX_MODEL_LEN = 256
-
-
-@contextlib.contextmanager
-def running_server(app):
-    """Serve `app` with uvicorn on loopback; yields "http://127.0.0.1:PORT"."""
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.time() + 30
-    while not server.started:
-        if time.time() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
+from tests_serve_util import MODEL_NAME, make_llm, running_server
 
 
 @pytest.fixture(scope="session")
 def tiny_wedlm(ckpt_factory):
     """A tiny random WeDLM checkpoint (Qwen3 style, byte tokenizer with ChatML)."""
     return ckpt_factory("serve_tiny_wedlm", family="qwen3", wedlm=True, tokenizer=True)
-
-
-def make_llm(path, **kwargs):
-    """A CPU `wedlm.LLM` over `path` (skips when the engine is not importable)."""
-    try:
-        from wedlm import LLM
-    except ImportError as err:  # pragma: no cover - only before the engine lands
-        pytest.skip(f"wedlm engine not available: {err}")
-    kwargs.setdefault("max_model_len", MAX_MODEL_LEN)
-    return LLM(model=str(path), device="cpu", dtype="float32", **kwargs)
 
 
 @pytest.fixture(scope="session")
@@ -79,11 +37,3 @@ def server(tiny_wedlm):
 @pytest.fixture(scope="module")
 def base_url(server):
     return server[0]
-
-
-def metric_value(text: str, name: str) -> float:
-    """The value of an unlabelled (or first labelled) sample `name` in Prometheus text."""
-    for line in text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            return float(line.rsplit(" ", 1)[1])
-    raise KeyError(name)

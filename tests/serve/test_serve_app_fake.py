@@ -9,11 +9,9 @@ import httpx
 import pytest
 
 from serve_fake_engine import FakeLLM, FakeParams
-from tests_serve_util import wait_until
+from tests_serve_util import running_server, wait_until
 from wedlm.serve import create_app
 from wedlm.testing import byte_tokenizer
-
-from conftest import running_server
 
 
 @pytest.fixture(scope="module")

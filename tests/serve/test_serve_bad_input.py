@@ -7,7 +7,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import MAX_MODEL_LEN, MODEL_NAME
+from tests_serve_util import MAX_MODEL_LEN, MODEL_NAME
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"

@@ -9,8 +9,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import MODEL_NAME, metric_value
-from tests_serve_util import wait_until
+from tests_serve_util import MODEL_NAME, metric_value, wait_until
 from wedlm import SamplingParams
 
 N_CLIENTS = 20

@@ -6,7 +6,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import MAX_MODEL_LEN, MODEL_NAME, metric_value
+from tests_serve_util import MAX_MODEL_LEN, MODEL_NAME, metric_value
 from wedlm import SamplingParams
 
 FAST = {"wedlm_entropy_threshold": 6.0}  # fills most masks per step on random weights: few forwards
