@@ -86,4 +86,4 @@ def test_eval_cli_writes_json(ckpt_factory, single_thread, tmp_path, capsys):
     assert [(r["task"], r["decode"]["decoding"]) for r in saved["results"]] == [
         ("counting", "wedlm"), ("equation", "wedlm"), ("counting", "ar"), ("equation", "ar")]
     assert saved["machine"]["torch"]
-    assert "tok/forward" in capsys.readouterr().out
+    assert "tok/fwd" in capsys.readouterr().out

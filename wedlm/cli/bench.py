@@ -66,7 +66,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--no-plots", action="store_true", help="write JSON and markdown only")
     p.add_argument("--device", default="cpu", help="torch device (default: %(default)s)")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: torch's; 1 is fastest on a busy machine)")
     p.set_defaults(func=run)
     return p
 

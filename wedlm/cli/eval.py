@@ -52,6 +52,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out", help="write the JSON report here")
     p.add_argument("--device", default="cpu", help="torch device (default: %(default)s)")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: torch's; 1 is fastest on a busy machine)")
     p.set_defaults(func=run)
     return p
 
@@ -92,7 +94,7 @@ def print_table(reports: list[dict]) -> None:
     from rich.table import Table
 
     table = Table(title="wedlm eval")
-    for col in ("task", "decoding", "n", "accuracy", "tok/s", "tok/forward", "p_cache", "TTFT ms"):
+    for col in ("task", "decoding", "n", "accuracy", "tok/s", "tok/fwd", "p_cache", "TTFT ms"):
         table.add_column(col, justify="left" if col in ("task", "decoding") else "right")
     for r in reports:
         m = r["metrics"]
@@ -104,10 +106,14 @@ def print_table(reports: list[dict]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
     from wedlm import LLM
     from wedlm.bench.machine import machine_info, machine_line
     from wedlm.evaluate.runner import DecodeConfig, evaluate
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     decoders = [d.strip() for d in args.decoding.split(",") if d.strip()]
     configs = [DecodeConfig(decoding=d, tau=args.threshold, lam=args.penalty, window_size=args.window_size,
                             temperature=args.temperature) for d in decoders]
