@@ -53,6 +53,9 @@ CASES = [
     ("negative lambda", COMPLETIONS, completion(wedlm_pos_penalty_factor=-0.1), "wedlm_pos_penalty_factor"),
     ("string temperature", CHAT, chat(temperature="hot"), "temperature"),
     ("n too large", COMPLETIONS, completion(n=1000), "n"),
+    ("too many stop strings", CHAT, chat(stop=["a", "b", "c", "d", "e"]), "stop"),
+    ("logprobs unsupported", COMPLETIONS, completion(logprobs=2), "logprobs"),
+    ("chat logprobs unsupported", CHAT, chat(logprobs=True), "logprobs"),
 ]
 
 

@@ -89,11 +89,8 @@ class Server:
         """One engine request per (prompt, n); aborts the submitted ones if the engine refuses one."""
         group = RequestGroup(self.engine, base_id)
         try:
-            for ids, param in zip(prompts, params):
-                for _ in range(req.n):
-                    await group.submit(ids, param)
+            await group.submit([(ids, param) for ids, param in zip(prompts, params) for _ in range(req.n)])
         except ValueError as err:
-            group.close()
             raise engine_refusal(err, chat, list(type(req).model_fields)) from err
         except BaseException:
             group.close()

@@ -105,6 +105,13 @@ class CompletionRequest(SamplingFields):
     logprobs: int | None = None
     suffix: str | None = None
 
+    @field_validator("logprobs", "suffix")
+    @classmethod
+    def _unsupported(cls, value: Any) -> Any:
+        if value:
+            raise ValueError("is not supported by this server")
+        return value
+
     @field_validator("prompt")
     @classmethod
     def _non_empty_prompt(cls, value: PromptType) -> PromptType:
@@ -152,6 +159,13 @@ class ChatCompletionRequest(SamplingFields):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     logprobs: bool | None = None
     add_generation_prompt: bool = True
+
+    @field_validator("logprobs")
+    @classmethod
+    def _no_logprobs(cls, value: bool | None) -> bool | None:
+        if value:
+            raise ValueError("is not supported by this server")
+        return value
 
     def chat_messages(self) -> list[dict[str, str]]:
         """Messages as plain `{"role", "content"}` dicts for the chat template."""

@@ -29,8 +29,8 @@ class Choice:
 class RequestGroup:
     """The engine requests behind one HTTP request.
 
-    Use `await group.submit(...)` per choice, then `async for index, delta in group`,
-    and always `group.close()` (idempotent) in a `finally`.
+    Use `await group.submit([...])`, then `async for index, delta in group`, and always
+    `group.close()` (idempotent) in a `finally`.
     """
 
     def __init__(self, engine: EngineLoop, base_id: str):
@@ -40,18 +40,32 @@ class RequestGroup:
         self._queue: asyncio.Queue = asyncio.Queue()
         self._loop = asyncio.get_running_loop()
 
-    async def submit(self, prompt_ids: list[int], params: Any) -> Choice:
-        """Queue one choice; raises the engine's ValueError when it refuses the request."""
-        index = len(self.choices)
-        choice = Choice(index, f"{self.base_id}-{index}", prompt_ids)
-        self.choices.append(choice)
-        future = self.engine.submit(prompt_ids, params, self._sink_for(index), request_id=choice.request_id)
-        try:
-            choice.request_id = await asyncio.wrap_future(future)
-        except BaseException:
-            choice.finished = True
-            raise
-        return choice
+    async def submit(self, requests: list[tuple[list[int], Any]]) -> list[Choice]:
+        """Queue one choice per (prompt ids, params) at once, then wait for the engine to take them.
+
+        All commands go onto the loop's queue together, so they join the same engine step.
+
+        Raises:
+            ValueError: the engine refused one; the others are aborted (the group is closed).
+        """
+        futures = []
+        for prompt_ids, params in requests:
+            index = len(self.choices)
+            choice = Choice(index, f"{self.base_id}-{index}", prompt_ids)
+            self.choices.append(choice)
+            futures.append(self.engine.submit(prompt_ids, params, self._sink_for(index),
+                                              request_id=choice.request_id))
+        results = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures), return_exceptions=True)
+        failures = [r for r in results if isinstance(r, BaseException)]
+        for choice, result in zip(self.choices[-len(futures):], results):
+            if isinstance(result, BaseException):
+                choice.finished = True  # never admitted: nothing to abort
+            else:
+                choice.request_id = result
+        if failures:
+            self.close()
+            raise failures[0]
+        return self.choices[-len(futures):]
 
     def _sink_for(self, index: int):
         def sink(delta: Any) -> None:
