@@ -163,6 +163,8 @@ class TransformersSystem:
                                   max_new_tokens=max_tokens, eos_token_id=self.stop_ids,
                                   pad_token_id=self.pad_id, streamer=clock, top_k=None,
                                   top_p=None, temperature=None)
+        if str(self.device).startswith("cuda"):
+            torch.cuda.synchronize()
         elapsed = time.perf_counter() - t0
         ttft = (clock.first_token_at - t0) if clock.first_token_at else elapsed
         stop = set(self.stop_ids)
