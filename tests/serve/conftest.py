@@ -8,7 +8,6 @@ user of its `LLM`. Helpers live in tests_serve_util.py (conftest modules are not
 from __future__ import annotations
 
 import pytest
-
 from tests_serve_util import MODEL_NAME, make_llm, running_server
 
 

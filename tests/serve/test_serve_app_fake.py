@@ -3,13 +3,12 @@ disconnects (streamed and not) aborting their requests, engine failures."""
 
 import json
 import socket
-import time
 
 import httpx
 import pytest
-
 from serve_fake_engine import FakeLLM, FakeParams
 from tests_serve_util import running_server, wait_until
+
 from wedlm.serve import create_app
 from wedlm.testing import byte_tokenizer
 

@@ -6,7 +6,6 @@ import json
 import httpx
 import openai
 import pytest
-
 from tests_serve_util import MAX_MODEL_LEN, MODEL_NAME
 
 CHAT = "/v1/chat/completions"

@@ -7,9 +7,8 @@ import json
 
 import httpx
 import openai
-import pytest
-
 from tests_serve_util import MODEL_NAME, metric_value, wait_until
+
 from wedlm import SamplingParams
 
 N_CLIENTS = 20

@@ -5,8 +5,8 @@ import threading
 import time
 
 import pytest
-
 from serve_fake_engine import FakeLLM, FakeParams
+
 from wedlm.serve.engine_loop import EngineLoop
 from wedlm.testing import byte_tokenizer
 

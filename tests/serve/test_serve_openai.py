@@ -5,8 +5,8 @@ WeDLM knobs as extra body fields; usage with decode metrics; models, health, met
 import httpx
 import openai
 import pytest
-
 from tests_serve_util import MAX_MODEL_LEN, MODEL_NAME, metric_value
+
 from wedlm import SamplingParams
 
 FAST = {"wedlm_entropy_threshold": 6.0}  # fills most masks per step on random weights: few forwards

@@ -14,8 +14,14 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
-from .generate import add_engine_args, add_sampling_args, build_llm, chat_prompt, format_stats, \
-    sampling_params_from_args
+from .generate import (
+    add_engine_args,
+    add_sampling_args,
+    build_llm,
+    chat_prompt,
+    format_stats,
+    sampling_params_from_args,
+)
 
 HELP = "commands: /reset (forget the conversation), /system TEXT (set the system message), /help, /exit"
 COLOURS = (44, 42, 45, 46, 43, 41)  # ANSI backgrounds cycled per decode step
