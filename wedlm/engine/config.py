@@ -40,6 +40,7 @@ class EngineConfig:
         enable_prefix_caching: reuse full committed blocks across requests.
         gpu_memory_utilization: fraction of free GPU memory the KV cache may take.
         seed: seeds the per-request RNGs of requests without their own seed.
+        fast_path: fused RMSNorm / QKV / gate-up modules (same logits, fewer ops).
     """
 
     model: str
@@ -54,6 +55,7 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     gpu_memory_utilization: float = 0.9
     seed: int = 0
+    fast_path: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "kv_block_size"):

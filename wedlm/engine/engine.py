@@ -63,7 +63,7 @@ class Engine:
             self.max_model_len, 4 * self.window_size + 2)
         bytes_per_block = ModelRunner.kv_bytes_per_block(self.model, config.kv_block_size)
         num_blocks = resolve_num_blocks(config, self.max_model_len, bytes_per_block, device)
-        self.runner = ModelRunner(self.model, num_blocks, config.kv_block_size)
+        self.runner = ModelRunner(self.model, num_blocks, config.kv_block_size, config.fast_path)
         self.block_manager = BlockManager(num_blocks, config.kv_block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, self.max_num_batched_tokens)
         self.decoders: dict[str, Decoder] = {n: c(self.mask_token_id) for n, c in DECODER_CLASSES.items()}

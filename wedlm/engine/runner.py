@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from ..model import KVCache, PagedAttention, QwenForCausalLM, SequenceSlice
+from .fast_model import optimize_for_inference
 
 
 @dataclass
@@ -53,11 +54,12 @@ class ModelRunner:
         model: the loaded causal LM (eval mode).
         num_blocks: KV blocks to allocate.
         block_size: rows per block.
+        fast_path: swap in fused modules (`fast_model.optimize_for_inference`).
     """
 
-    def __init__(self, model: QwenForCausalLM, num_blocks: int, block_size: int) -> None:
+    def __init__(self, model: QwenForCausalLM, num_blocks: int, block_size: int, fast_path: bool = True) -> None:
         cfg = model.config
-        self.model = model
+        self.model = optimize_for_inference(model) if fast_path else model
         self.device = model.device
         self.kv_cache = KVCache(cfg.num_hidden_layers, num_blocks, block_size, cfg.num_key_value_heads,
                                 cfg.head_dim, model.dtype, self.device)

@@ -25,13 +25,20 @@ import torch
 import torch.nn.functional as F
 
 
+_SDPA_HAS_GQA = "enable_gqa" in (F.scaled_dot_product_attention.__doc__ or "")
+
+
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
          is_causal: bool, scale: float) -> torch.Tensor:
     """q [B, Hq, Lq, D], k/v [B, Hkv, Lk, D], mask bool [B|1, 1|Hq, Lq, Lk] (True = visible).
 
-    Returns [B, Hq, Lq, D]. Grouped-query attention repeats K/V heads.
+    Returns [B, Hq, Lq, D]. Grouped-query attention uses SDPA's `enable_gqa`
+    when torch has it (no K/V copies), else repeats K/V heads.
     """
     groups = q.shape[1] // k.shape[1]
+    if groups > 1 and _SDPA_HAS_GQA:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale,
+                                              enable_gqa=True)
     if groups > 1:
         k = k.repeat_interleave(groups, dim=1)
         v = v.repeat_interleave(groups, dim=1)
@@ -137,7 +144,8 @@ class PagedAttention:
         """
         bs = kv_cache.block_size
         device = device or kv_cache.k[0].device
-        slots_per_seq, q_lens, kv_lens = [], [], []
+        slots_per_seq: list[list[int]] = []
+        q_lens, kv_lens, ctx_lens = [], [], []
         for s in seqs:
             total = s.context_len + s.query_len
             if s.query_len < 1:
@@ -146,21 +154,20 @@ class PagedAttention:
                 raise ValueError(
                     f"block_table of {len(s.block_table)} blocks x {bs} covers fewer than "
                     f"context_len + query_len = {total} positions")
-            blocks = torch.tensor(s.block_table, dtype=torch.int64)
-            pos = torch.arange(total, dtype=torch.int64)
-            slots_per_seq.append(blocks[pos // bs] * bs + pos % bs)
+            # plain-Python slot arithmetic: far cheaper than a dozen tiny tensor ops per step
+            slots_per_seq.append([b * bs + o for b in s.block_table[:-(-total // bs)] for o in range(bs)][:total])
             q_lens.append(s.query_len)
             kv_lens.append(total)
-        slot_mapping = torch.cat([sl[s.context_len:] for sl, s in zip(slots_per_seq, seqs)])
+            ctx_lens.append(s.context_len)
         batch, max_q, max_kv = len(seqs), max(q_lens), max(kv_lens)
-        kv_slots = torch.zeros(batch, max_kv, dtype=torch.int64)
-        for i, sl in enumerate(slots_per_seq):
-            kv_slots[i, : len(sl)] = sl
+        slot_mapping = torch.tensor([x for sl, c in zip(slots_per_seq, ctx_lens) for x in sl[c:]],
+                                    dtype=torch.int64)
+        kv_slots = torch.tensor([sl + [0] * (max_kv - len(sl)) for sl in slots_per_seq], dtype=torch.int64)
         mask = q_index = q_valid = None
         if batch > 1 or max_q > 1:
             q_off = torch.arange(max_q)[None, :, None]  # [1, max_q, 1]
             key = torch.arange(max_kv)[None, None, :]  # [1, 1, max_kv]
-            ctx = torch.tensor([s.context_len for s in seqs])[:, None, None]
+            ctx = torch.tensor(ctx_lens)[:, None, None]
             qlen = torch.tensor(q_lens)[:, None, None]
             visible = key <= ctx + q_off  # causal on top of the cache
             visible |= q_off >= qlen  # padded query rows see everything (discarded)

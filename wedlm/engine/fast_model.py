@@ -1,0 +1,104 @@
+"""Inference fast path, applied from outside by swapping modules (the model stays plain PyTorch).
+
+Batch-1 decoding of small models on CPU (and small batches on GPU) is bound by
+per-op overhead, not FLOPs. `optimize_for_inference` swaps, in place:
+
+* every RMSNorm by one `F.rms_norm` call (float32 models only, where it is the
+  same arithmetic; low-precision models keep the reference's casts);
+* each attention's q/k/v projections by one fused matmul, and q_norm/k_norm
+  and RoPE applied without intermediate copies;
+* each MLP's gate/up projections by one fused matmul.
+
+The fused weights are plain tensors whose row slices become the original
+parameters (views), so memory does not grow and the state dict is unchanged.
+Apply it after the model is on its device (the fused tensors are not
+parameters and do not follow `.to()`).
+`tests/engine/test_fast_model.py` checks that logits match the reference.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..model.layers import RMSNorm, SwiGLU, apply_rope
+from ..model.qwen import Attention, QwenForCausalLM
+
+
+class FusedRMSNorm(RMSNorm):
+    """RMSNorm as one `F.rms_norm` call (float32 only: identical arithmetic)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+
+
+class FusedQKVAttention(Attention):
+    """Attention with one [q; k; v] projection matmul."""
+
+    def fuse(self) -> None:
+        weights = [self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]
+        self.qkv_weight = _fuse_params(weights)
+        for lin, view in zip((self.q_proj, self.k_proj, self.v_proj), _row_views(self.qkv_weight, weights)):
+            lin.weight = view
+        self.qkv_bias = None
+        if self.q_proj.bias is not None:
+            biases = [self.q_proj.bias, self.k_proj.bias, self.v_proj.bias]
+            self.qkv_bias = _fuse_params(biases)
+            for lin, view in zip((self.q_proj, self.k_proj, self.v_proj), _row_views(self.qkv_bias, biases)):
+                lin.bias = view
+        self.split_sizes = [w.shape[0] for w in weights]
+
+    def forward(self, x, cos, sin, attn):
+        lead = x.shape[:-1]
+        q, k, v = F.linear(x, self.qkv_weight, self.qkv_bias).split(self.split_sizes, dim=-1)
+        q = q.view(*lead, self.num_heads, self.head_dim)
+        k = k.view(*lead, self.num_kv_heads, self.head_dim)
+        v = v.view(*lead, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        out = attn.attend(self.layer_idx, q, k, v, self.scale)
+        return self.o_proj(out.reshape(*lead, self.num_heads * self.head_dim))
+
+
+class FusedSwiGLU(SwiGLU):
+    """SwiGLU with one [gate; up] projection matmul."""
+
+    def fuse(self) -> None:
+        weights = [self.gate_proj.weight, self.up_proj.weight]
+        self.gate_up_weight = _fuse_params(weights)
+        for lin, view in zip((self.gate_proj, self.up_proj), _row_views(self.gate_up_weight, weights)):
+            lin.weight = view
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = F.linear(x, self.gate_up_weight).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+def _fuse_params(params: list[torch.Tensor]) -> torch.Tensor:
+    """A plain tensor (not a Parameter: the state dict and parameter count stay unchanged)."""
+    return torch.cat([p.detach() for p in params], dim=0)
+
+
+def _row_views(fused: torch.Tensor, parts: list[torch.Tensor]) -> list[nn.Parameter]:
+    views, start = [], 0
+    for p in parts:
+        views.append(nn.Parameter(fused[start:start + p.shape[0]], requires_grad=False))
+        start += p.shape[0]
+    return views
+
+
+def optimize_for_inference(model: QwenForCausalLM) -> QwenForCausalLM:
+    """Swap in the fused modules (in place) and return the model. Idempotent."""
+    fp32 = model.dtype == torch.float32
+    for module in model.modules():
+        if isinstance(module, Attention) and not isinstance(module, FusedQKVAttention):
+            module.__class__ = FusedQKVAttention
+            module.fuse()
+        elif isinstance(module, SwiGLU) and not isinstance(module, FusedSwiGLU):
+            module.__class__ = FusedSwiGLU
+            module.fuse()
+        elif fp32 and type(module) is RMSNorm:
+            module.__class__ = FusedRMSNorm
+    return model
