@@ -73,3 +73,24 @@ def test_llm_properties(llm, tiny_path):
     assert llm.model_path == str(tiny_path)
     assert llm.max_model_len == 512
     assert llm.tokenizer.decode(llm.tokenizer.encode("héllo")) == "héllo"
+
+
+def test_generation_config_supplies_model_defaults(tiny_path, tmp_path):
+    import json
+    import shutil
+
+    folder = tmp_path / "ckpt"
+    shutil.copytree(tiny_path, folder)
+    (folder / "generation_config.json").write_text(json.dumps(
+        {"wedlm_window_size": 6, "wedlm_entropy_threshold": 0.7, "wedlm_pos_penalty_factor": 0.1}))
+    llm = LLM(str(folder), kv_block_size=4, device="cpu")
+    rid = llm.add_request([1, 2, 3], SamplingParams(temperature=0, max_tokens=30))
+    seq = llm.engine.seqs[rid]
+    assert seq.window_size == 6 and len(seq.window) == 6
+    assert (seq.params.wedlm_entropy_threshold, seq.params.wedlm_pos_penalty_factor) == (0.7, 0.1)
+    explicit = llm.add_request([1, 2], SamplingParams(wedlm_entropy_threshold=0.2, window_size=3))
+    assert llm.engine.seqs[explicit].params.wedlm_entropy_threshold == 0.2
+    assert llm.engine.seqs[explicit].window_size == 3
+    while llm.has_unfinished():
+        llm.step()
+    assert llm.metrics()["kv_blocks_free"] == llm.metrics()["kv_blocks_total"]
