@@ -19,10 +19,10 @@ TINY = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_la
             num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512)
 # About 6M and 40M parameters (the engine benchmark's sizes in issue 3).
 SMALL_6M = dict(vocab_size=4096, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
-                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=2048,
                 tie_word_embeddings=True)
 MEDIUM_40M = dict(vocab_size=8192, hidden_size=512, intermediate_size=1536, num_hidden_layers=8,
-                  num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=2048,
+                  num_attention_heads=8, num_key_value_heads=4, head_dim=64, max_position_embeddings=2048,
                   tie_word_embeddings=True)
 
 
