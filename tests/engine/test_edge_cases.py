@@ -88,3 +88,17 @@ def test_model_stop_ids_apply_unless_ignore_eos(llm):
         assert out["token_ids"][-1] in llm.engine.stop_ids
     else:
         assert not set(out["token_ids"]) & set(llm.engine.stop_ids)
+
+
+@pytest.mark.parametrize("decoding", DECODERS)
+def test_tiny_temperature_and_any_integer_seed(llm, decoding):
+    """A temperature near 0 samples the argmax (no inf/NaN probabilities); any int seed works."""
+    ref = llm.generate([PROMPT], greedy("ar", max_tokens=8))[0]
+    for temperature, seed in ((1e-300, 2 ** 70), (1e-30, -1)):
+        params = SamplingParams(temperature=temperature, seed=seed, decoding=decoding, ignore_eos=True,
+                                max_tokens=8)
+        out = llm.generate([PROMPT], params)[0]
+        assert out.get("error") is None and out["finish_reason"] == "length" and len(out["token_ids"]) == 8
+        if decoding in ("ar", "verified"):
+            assert out["token_ids"] == ref["token_ids"]
+    assert llm.metrics()["kv_blocks_free"] == llm.metrics()["kv_blocks_total"]

@@ -18,7 +18,7 @@ def test_official_defaults_and_resolution():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(temperature=-1), "temperature must be >= 0, got -1"),
+    (dict(temperature=-1), "temperature must be >= 0 and finite, got -1"),
     (dict(top_p=0), "top_p must be in (0, 1]"),
     (dict(top_k=-2), "top_k must be an integer >= 0"),
     (dict(max_tokens=0), "max_tokens must be an integer >= 1, got 0"),
@@ -36,3 +36,42 @@ def test_bad_values_raise_naming_the_field(kwargs, message):
 def test_stop_string_normalised():
     assert SamplingParams(stop="abc").stop_strings == ["abc"]
     assert SamplingParams(stop=["a", "bc"]).stop_strings == ["a", "bc"]
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(temperature="0.5"), "temperature"), (dict(temperature=None), "temperature"),
+    (dict(temperature=float("inf")), "temperature"), (dict(temperature=True), "temperature"),
+    (dict(top_p=True), "top_p"), (dict(top_p="1"), "top_p"),
+    (dict(top_k=True), "top_k"), (dict(top_k=2.0), "top_k"),
+    (dict(max_tokens=True), "max_tokens"), (dict(max_tokens="8"), "max_tokens"),
+    (dict(window_size=True), "window_size"), (dict(window_size=2.5), "window_size"),
+    (dict(wedlm_entropy_threshold="x"), "wedlm_entropy_threshold"),
+    (dict(wedlm_entropy_threshold=True), "wedlm_entropy_threshold"),
+    (dict(wedlm_entropy_threshold=float("nan")), "wedlm_entropy_threshold"),
+    (dict(wedlm_pos_penalty_factor=None), "wedlm_pos_penalty_factor"),
+    (dict(wedlm_pos_penalty_factor=float("inf")), "wedlm_pos_penalty_factor"),
+    (dict(wedlm_pos_penalty_factor=float("nan")), "wedlm_pos_penalty_factor"),
+    (dict(seed=1.5), "seed"), (dict(seed="1"), "seed"), (dict(seed=True), "seed"),
+    (dict(ignore_eos="no"), "ignore_eos"),
+    (dict(stop=5), "stop"), (dict(stop={"a": 1}), "stop"),
+    (dict(stop_token_ids=5), "stop_token_ids"), (dict(stop_token_ids=[True]), "stop_token_ids"),
+    (dict(decoding=["ar"]), "decoding"), (dict(wedlm_fallback=None), "wedlm_fallback"),
+])
+def test_wrong_types_raise_value_error_naming_the_field(kwargs, field):
+    """Wrong types, bools for numbers and non-finite values are ValueErrors, never TypeErrors."""
+    with pytest.raises(ValueError, match=f"^{field} must be"):
+        SamplingParams(**kwargs)
+
+
+def test_numbers_are_normalised():
+    import numpy as np
+
+    p = SamplingParams(temperature=1, top_p=np.float32(0.5), top_k=np.int64(3), max_tokens=np.int64(7),
+                       seed=2 ** 70, stop_token_ids=(np.int64(5),), wedlm_entropy_threshold=float("inf"))
+    assert (type(p.temperature), type(p.top_k), type(p.max_tokens)) == (float, int, int)
+    assert p.stop_token_ids == [5] and p.wedlm_entropy_threshold == float("inf") and p.seed == 2 ** 70
+
+
+def test_model_defaults_are_validated():
+    with pytest.raises(ValueError, match="wedlm_pos_penalty_factor must be"):
+        SamplingParams().resolve({"wedlm_pos_penalty_factor": -1})

@@ -15,9 +15,9 @@ from .sampling_params import SamplingParams
 
 
 def make_generator(seed: int, device: torch.device | str) -> torch.Generator:
-    """A generator on `device` seeded with `seed` (per request)."""
+    """A generator on `device` seeded with `seed` (per request; any integer, taken modulo 2**64)."""
     gen = torch.Generator(device=device)
-    gen.manual_seed(seed)
+    gen.manual_seed(int(seed) % (1 << 64))
     return gen
 
 
@@ -29,7 +29,10 @@ def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     logits = logits.float()
     if params.greedy:
         return torch.softmax(logits, dim=-1)
-    logits = logits / params.temperature
+    # Shift by the row max first and keep T a normal float32: the top logit becomes 0, so
+    # even a tiny temperature gives 0 / T = 0 and -x / T -> -inf (a one-hot softmax), never NaN.
+    temperature = max(params.temperature, torch.finfo(torch.float32).tiny)
+    logits = (logits - logits.max(dim=-1, keepdim=True).values) / temperature
     if params.top_k > 0 and params.top_k < logits.shape[-1]:
         kth = torch.topk(logits, params.top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))

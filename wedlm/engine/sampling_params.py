@@ -12,6 +12,8 @@ bad request fails at `add_request` with a ValueError naming the field.
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from dataclasses import dataclass, field
 
 DECODERS = ("wedlm", "ar", "blockwise", "verified")
@@ -82,29 +84,41 @@ class SamplingParams:
     stop_strings: list[str] = field(init=False, repr=False, default_factory=list)
 
     def __post_init__(self) -> None:
-        _check(self.temperature >= 0, f"temperature must be >= 0, got {self.temperature}")
-        _check(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}")
-        _check(isinstance(self.top_k, int) and self.top_k >= -1,
-               f"top_k must be an integer >= 0 (0 or -1 = off), got {self.top_k}")
-        _check(isinstance(self.max_tokens, int) and self.max_tokens >= 1,
-               f"max_tokens must be an integer >= 1, got {self.max_tokens}")
-        _check(self.decoding in DECODERS, f"decoding must be one of {DECODERS}, got {self.decoding!r}")
-        _check(self.wedlm_fallback in FALLBACKS,
+        self.temperature = _real("temperature", self.temperature, ">= 0 and finite",
+                                 lambda v: 0 <= v < math.inf)
+        self.top_p = _real("top_p", self.top_p, "in (0, 1]", lambda v: 0 < v <= 1)
+        self.top_k = _integer("top_k", self.top_k, ">= 0 (0 or -1 = off)", lambda v: v >= -1)
+        self.max_tokens = _integer("max_tokens", self.max_tokens, ">= 1", lambda v: v >= 1)
+        _check(isinstance(self.decoding, str) and self.decoding in DECODERS,
+               f"decoding must be one of {DECODERS}, got {self.decoding!r}")
+        _check(isinstance(self.wedlm_fallback, str) and self.wedlm_fallback in FALLBACKS,
                f"wedlm_fallback must be one of {FALLBACKS}, got {self.wedlm_fallback!r}")
-        _check(self.window_size is None or (isinstance(self.window_size, int) and self.window_size >= 1),
-               f"window_size must be an integer >= 1, got {self.window_size}")
+        if self.window_size is not None:
+            self.window_size = _integer("window_size", self.window_size, ">= 1", lambda v: v >= 1)
         tau = self.wedlm_entropy_threshold
-        _check(tau is None or tau is MODEL_DEFAULT or tau >= 0,
-               f"wedlm_entropy_threshold must be >= 0 or None, got {tau}")
-        lam = self.wedlm_pos_penalty_factor
-        _check(lam is MODEL_DEFAULT or lam >= 0, f"wedlm_pos_penalty_factor must be >= 0, got {lam}")
-        stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        if tau is not None and tau is not MODEL_DEFAULT:  # inf is allowed: fill every mask
+            self.wedlm_entropy_threshold = _real("wedlm_entropy_threshold", tau, ">= 0 or None",
+                                                 lambda v: v >= 0)
+        if self.wedlm_pos_penalty_factor is not MODEL_DEFAULT:
+            self.wedlm_pos_penalty_factor = _real("wedlm_pos_penalty_factor", self.wedlm_pos_penalty_factor,
+                                                  ">= 0 and finite", lambda v: 0 <= v < math.inf)
+        if self.seed is not None:
+            self.seed = _integer("seed", self.seed, "", lambda v: True)
+        _check(isinstance(self.ignore_eos, bool), f"ignore_eos must be a bool, got {self.ignore_eos!r}")
+        if isinstance(self.stop, str):
+            stops = [self.stop]
+        else:
+            _check(self.stop is None or isinstance(self.stop, (list, tuple)),
+                   f"stop must be a string or a list of non-empty strings, got {self.stop!r}")
+            stops = list(self.stop or [])
         _check(all(isinstance(s, str) and s for s in stops), f"stop must be non-empty strings, got {self.stop!r}")
         self.stop_strings = stops
+        _check(self.stop_token_ids is None or isinstance(self.stop_token_ids, (list, tuple)),
+               f"stop_token_ids must be a list of non-negative integers, got {self.stop_token_ids!r}")
         ids = list(self.stop_token_ids or [])
-        _check(all(isinstance(i, int) and i >= 0 for i in ids),
+        _check(all(_is_int(i) and i >= 0 for i in ids),
                f"stop_token_ids must be non-negative integers, got {self.stop_token_ids!r}")
-        self.stop_token_ids = ids
+        self.stop_token_ids = [int(i) for i in ids]
 
     @property
     def greedy(self) -> bool:
@@ -113,14 +127,33 @@ class SamplingParams:
     def resolve(self, model_defaults: dict | None = None) -> "SamplingParams":
         """A copy with every MODEL_DEFAULT replaced (model's generation_config first, then official)."""
         defaults = model_defaults or {}
-        out = dataclasses.replace(self)
-        if out.wedlm_entropy_threshold is MODEL_DEFAULT:
-            out.wedlm_entropy_threshold = defaults.get("wedlm_entropy_threshold", OFFICIAL_ENTROPY_THRESHOLD)
-        if out.wedlm_pos_penalty_factor is MODEL_DEFAULT:
-            out.wedlm_pos_penalty_factor = defaults.get("wedlm_pos_penalty_factor", OFFICIAL_POS_PENALTY)
-        return out
+        changes = {}
+        if self.wedlm_entropy_threshold is MODEL_DEFAULT:
+            changes["wedlm_entropy_threshold"] = defaults.get("wedlm_entropy_threshold",
+                                                              OFFICIAL_ENTROPY_THRESHOLD)
+        if self.wedlm_pos_penalty_factor is MODEL_DEFAULT:
+            changes["wedlm_pos_penalty_factor"] = defaults.get("wedlm_pos_penalty_factor", OFFICIAL_POS_PENALTY)
+        return dataclasses.replace(self, **changes)  # validates the model's values too
 
 
 def _check(ok: bool, message: str) -> None:
     if not ok:
         raise ValueError(message)
+
+
+def _is_int(value) -> bool:
+    """An integer (numpy ones included), never a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _real(name: str, value, limit: str, ok) -> float:
+    """`value` as a float if it is a real number (not a bool, not NaN) satisfying `ok`."""
+    good = isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value)
+    _check(good and ok(float(value)), f"{name} must be {limit}, got {value!r}")
+    return float(value)
+
+
+def _integer(name: str, value, limit: str, ok) -> int:
+    """`value` as an int if it is an integer (not a bool) satisfying `ok`."""
+    _check(_is_int(value) and ok(int(value)), f"{name} must be an integer{' ' if limit else ''}{limit}, got {value!r}")
+    return int(value)
