@@ -39,6 +39,27 @@ def test_preemption_resumes_with_identical_tokens_and_frees_everything(tiny_path
     assert m["kv_blocks_free"] == m["kv_blocks_total"] == 24 and m["num_running"] == m["num_waiting"] == 0
 
 
+def test_contention_never_refuses_a_request_that_fits_alone(tiny_path):
+    """20 mixed requests sharing prefixes on an 8-block cache: all finish, none refused."""
+    import random
+
+    llm = LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=4, num_kv_blocks=8, max_model_len=32,
+              max_num_seqs=16, device="cpu")
+    rnd = random.Random(8)
+    common = [rnd.randrange(250) for _ in range(6)]
+    prompts = [common[:rnd.randrange(7)] + [rnd.randrange(250) for _ in range(rnd.randrange(1, 10))]
+               for _ in range(20)]
+    mixed = [SamplingParams(temperature=0, ignore_eos=True, decoding=DECODERS[i % 4], max_tokens=rnd.randrange(1, 20))
+             for i in range(20)]
+    outs = llm.generate(prompts, mixed)
+    assert [o.get("error") for o in outs] == [None] * 20
+    assert all(o["finish_reason"] == "length" for o in outs)
+    assert sum(o["stats"]["preemptions"] for o in outs) > 0
+    for q, p, o in zip(prompts, mixed, outs):
+        assert llm.generate([q], p)[0]["token_ids"] == o["token_ids"]
+    assert llm.metrics()["kv_blocks_free"] == 8
+
+
 def test_blocks_return_after_aborts_and_rejections(make_llm):
     llm = make_llm(max_model_len=64)
     total = llm.metrics()["kv_blocks_total"]

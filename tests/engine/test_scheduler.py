@@ -77,6 +77,32 @@ def test_request_that_cannot_fit_alone_is_refused_not_hung():
     assert not sched.has_unfinished()
 
 
+def test_queued_prefix_hits_never_make_a_fitting_request_refused():
+    """Blocks a queued request took at admission are released before the head is refused."""
+    bm = BlockManager(4, 4)
+    sched = Scheduler(bm, max_num_seqs=4, max_num_batched_tokens=64)
+    shared = list(range(1, 9))
+    owner = Sequence("owner", shared + [9], 9, SamplingParams(), max_len=64, window_size=4)
+    bm.grow(owner, 9)
+    owner.num_cached = 9
+    bm.register_full_blocks(owner)
+    bm.free(owner)  # its two full blocks stay in the prefix cache
+    queued = Sequence("queued", shared + [10], 9, SamplingParams(), max_len=64, window_size=4)
+    queued.window = [None] * 4
+    assert bm.admit(queued) == 8 and bm.num_free == 2  # holds the two hit blocks while it waits
+    head = seq(12, "head")  # 12 + 4 rows = all 4 blocks: fits alone
+    head.tokens = [100 + t for t in head.tokens]  # no prefix shared with `queued`
+    sched.waiting.extend([head, queued])
+    out = sched.schedule()
+    assert [i.seq.request_id for i in out.scheduled] == ["head"] and out.refused == []
+    assert queued.block_table == [] and queued.status is SeqStatus.WAITING
+    sched.finish(head)
+    out = sched.schedule()
+    assert [(i.seq.request_id, i.num_context) for i in out.scheduled] == [("queued", 9)]  # head evicted the hits
+    sched.finish(queued)
+    assert bm.num_free == 4
+
+
 def test_max_num_seqs_limits_admission():
     sched = Scheduler(BlockManager(64, 4), max_num_seqs=2, max_num_batched_tokens=64)
     for r in "abc":

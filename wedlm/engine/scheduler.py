@@ -108,6 +108,8 @@ class Scheduler:
             if item is None or not self.block_manager.grow(seq, seq.num_cached + item.query_len):
                 if self.running or out.scheduled:
                     break  # wait for blocks to be freed
+                if self._release_queued(seq):
+                    continue  # queued requests held prefix-hit blocks: retry with them free
                 self.waiting.popleft()  # cannot run even alone: refuse, never hang
                 self.block_manager.free(seq)
                 seq.status = SeqStatus.FINISHED
@@ -119,6 +121,20 @@ class Scheduler:
             out.scheduled.append(item)
             budget -= item.query_len
         return out
+
+    def _release_queued(self, head: Sequence) -> bool:
+        """Free the blocks that waiting requests other than `head` took at admission; True if any.
+
+        A request admitted with prefix hits keeps them while it waits; once
+        preempted requests are queued in front of it, those blocks could make
+        the head look as if it could never run. They are re-admitted later.
+        """
+        released = False
+        for other in self.waiting:
+            if other is not head and other.block_table:
+                self.block_manager.free(other)
+                released = True
+        return released
 
     def _plan(self, seq: Sequence, budget: int) -> ScheduledSeq | None:
         """Feed everything uncached plus the window if it fits, else a prefill chunk."""
