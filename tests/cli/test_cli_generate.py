@@ -81,3 +81,32 @@ def test_bad_parameters_exit_2_naming_the_field(cli_model, capsys, extra, field)
 def test_missing_prompt_is_a_usage_error(cli_model, capsys):
     assert main(args(cli_model)) == 2
     assert "no prompt" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_missing_model_folder_is_a_clear_error_not_a_traceback(command, tmp_path, capsys):
+    code = main([command, "--model", str(tmp_path / "nope"), *(["x"] if command == "generate" else [])])
+    err = capsys.readouterr().err
+    assert code == 2 and f"wedlm {command}: error:" in err and "does not exist" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("extra,field", [
+    (["--window-size", "0"], "window_size"),
+    (["--max-model-len", "100000"], "max_model_len"),
+    (["--max-num-seqs", "0"], "max_num_seqs"),
+])
+def test_bad_engine_options_exit_2_naming_the_field(cli_model, capsys, extra, field):
+    assert main(["generate", "--model", str(cli_model), "x", *extra]) == 2
+    assert field in capsys.readouterr().err
+
+
+def test_chat_flag_without_a_chat_template_is_a_usage_error(cli_model, tmp_path, capsys):
+    import shutil
+
+    folder = tmp_path / "no_template"
+    shutil.copytree(cli_model, folder)
+    for name in ("chat_template.jinja", "tokenizer.json", "tokenizer_config.json"):
+        (folder / name).unlink(missing_ok=True)
+    assert main(["generate", "--model", str(folder), "--max-model-len", "64", "x", "--chat"]) == 2
+    assert "chat template" in capsys.readouterr().err

@@ -17,9 +17,9 @@ from typing import Any, Callable, TextIO
 from .generate import (
     add_engine_args,
     add_sampling_args,
-    build_llm,
     chat_prompt,
     format_stats,
+    load_llm,
     sampling_params_from_args,
 )
 
@@ -131,5 +131,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"wedlm chat: error: {err}", file=sys.stderr)
         return 2
     colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
-    session = ChatSession(build_llm(args), params, sys.stdout, system=args.system, colour=colour)
+    llm = load_llm(args, "chat")
+    if llm is None:
+        return 2
+    session = ChatSession(llm, params, sys.stdout, system=args.system, colour=colour)
     return repl(session, input)

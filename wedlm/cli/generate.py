@@ -80,6 +80,18 @@ def build_llm(args: argparse.Namespace) -> Any:
     return LLM(**kwargs)
 
 
+def load_llm(args: argparse.Namespace, command: str) -> Any | None:
+    """`build_llm`, or None after printing `wedlm COMMAND: error: ...` for a missing or bad
+    model folder or a bad engine option (no traceback)."""
+    from wedlm.model.loader import CheckpointError
+
+    try:
+        return build_llm(args)
+    except (OSError, ValueError, CheckpointError) as err:
+        print(f"wedlm {command}: error: {err}", file=sys.stderr)
+        return None
+
+
 def sampling_params_from_args(args: argparse.Namespace) -> Any:
     """`wedlm.SamplingParams` from the sampling options (ValueError names a bad field)."""
     from wedlm import SamplingParams
@@ -95,7 +107,13 @@ def sampling_params_from_args(args: argparse.Namespace) -> Any:
 
 
 def chat_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> str:
-    """The chat template applied to `messages`, ending with the assistant's turn header."""
+    """The chat template applied to `messages`, ending with the assistant's turn header.
+
+    Raises:
+        ValueError: the model folder has no tokenizer or no chat template.
+    """
+    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+        raise ValueError("the model folder has no tokenizer chat template; drop --chat or add one")
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
@@ -149,11 +167,13 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as err:
         print(f"wedlm generate: error: {err}", file=sys.stderr)
         return 2
-    llm = build_llm(args)
-    if args.chat:
-        system = [{"role": "system", "content": args.system}] if args.system else []
-        prompt = chat_prompt(llm.tokenizer, system + [{"role": "user", "content": prompt}])
+    llm = load_llm(args, "generate")
+    if llm is None:
+        return 2
     try:
+        if args.chat:
+            system = [{"role": "system", "content": args.system}] if args.system else []
+            prompt = chat_prompt(llm.tokenizer, system + [{"role": "user", "content": prompt}])
         return print_json(llm, prompt, params) if args.json else print_stream(llm, prompt, params)
     except ValueError as err:
         print(f"wedlm generate: error: {err}", file=sys.stderr)

@@ -48,10 +48,12 @@ def run(args: argparse.Namespace) -> int:
 
     from wedlm.serve import create_app
 
-    from .generate import build_llm
+    from .generate import load_llm
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    llm = build_llm(args)
+    llm = load_llm(args, "serve")
+    if llm is None:
+        return 2
     name = args.served_model_name or Path(args.model).name
     app = create_app(llm, name)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
