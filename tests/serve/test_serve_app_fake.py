@@ -71,6 +71,25 @@ def test_n_choices_and_prompt_batches(tok):
     assert got == {0: [12, 11, 10], 1: [14, 13]}
 
 
+def test_seeded_choices_get_distinct_seeds(tok):
+    """n seeded choices are different samples (seed + choice index), still reproducible."""
+    seeds = []
+
+    def recording_params(**kwargs):
+        seeds.append(kwargs.get("seed"))
+        return FakeParams(**kwargs)
+
+    llm = FakeLLM(tok, per_step=3)
+    app = create_app(llm, "fake", sampling_params_cls=recording_params)
+    with running_server(app) as url:
+        r = httpx.post(f"{url}/v1/completions", json={"prompt": ["ab", "cd"], "n": 3, "max_tokens": 2, "seed": 7})
+        assert r.status_code == 200 and len(r.json()["choices"]) == 6
+        assert seeds == [7, 8, 9, 7, 8, 9]
+        seeds.clear()
+        httpx.post(f"{url}/v1/completions", json={"prompt": "ab", "n": 2, "max_tokens": 2})
+        assert seeds == [None, None]
+
+
 def test_disconnected_stream_aborts_its_request(tok):
     llm, app = start(tok, per_step=1, step_sleep=0.02)
     with running_server(app) as url:

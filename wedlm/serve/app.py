@@ -61,8 +61,8 @@ class Server:
             req = parse_body(await request.body(), ChatCompletionRequest if chat else CompletionRequest)
             self.check_model(req.model)
             prompts = [self.prompts.chat_prompt(req)] if chat else self.prompts.completion_prompts(req)
-            params = [sampling_params(self.sampling_params_cls, req, self.prompts.max_tokens(req, len(ids)))
-                      for ids in prompts]
+            params = [[sampling_params(self.sampling_params_cls, req, self.prompts.max_tokens(req, len(ids)),
+                                       choice) for choice in range(req.n)] for ids in prompts]
             env = protocol.Envelope(f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}",
                                     self.model_name, chat)
             group = await self.submit(env.id, prompts, params, req, chat)
@@ -84,12 +84,13 @@ class Server:
             raise bad_request("model", f"Invalid value for 'model': the model '{model}' does not exist; "
                                        f"this server serves '{self.model_name}'")
 
-    async def submit(self, base_id: str, prompts: list[list[int]], params: list[Any],
+    async def submit(self, base_id: str, prompts: list[list[int]], params: list[list[Any]],
                      req: SamplingFields, chat: bool) -> RequestGroup:
-        """One engine request per (prompt, n); aborts the submitted ones if the engine refuses one."""
+        """One engine request per (prompt, choice), `params[prompt][choice]`; aborts the submitted
+        ones if the engine refuses one."""
         group = RequestGroup(self.engine, base_id)
         try:
-            await group.submit([(ids, param) for ids, param in zip(prompts, params) for _ in range(req.n)])
+            await group.submit([(ids, param) for ids, per_choice in zip(prompts, params) for param in per_choice])
         except ValueError as err:
             raise engine_refusal(err, chat, list(type(req).model_fields)) from err
         except BaseException:

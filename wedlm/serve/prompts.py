@@ -105,13 +105,18 @@ class PromptBuilder:
         return requested
 
 
-def sampling_params(factory: Any, req: SamplingFields, max_tokens: int) -> Any:
+def sampling_params(factory: Any, req: SamplingFields, max_tokens: int, choice: int = 0) -> Any:
     """`factory(**req.sampling_kwargs(max_tokens))` (factory = `wedlm.SamplingParams`).
+
+    With a `seed`, choice j of the `n` is seeded `seed + j`: the response is reproducible
+    and its choices are different samples, not n copies of one.
 
     Raises:
         APIError: 400 when SamplingParams refuses a value; param = the field its message names.
     """
     kwargs = req.sampling_kwargs(max_tokens)
+    if choice and kwargs.get("seed") is not None:
+        kwargs["seed"] = kwargs["seed"] + choice
     try:
         return factory(**kwargs)
     except (ValueError, TypeError) as err:
