@@ -53,6 +53,15 @@ class SamplingFields(BaseModel):
     # Adds a `wedlm` object (decode step index, token ids) to every streamed choice.
     wedlm_trace: bool = False
 
+    @field_validator("max_tokens", "temperature", "top_p", "top_k", "n", "seed", "window_size",
+                     "wedlm_entropy_threshold", "wedlm_pos_penalty_factor", "stop_token_ids", mode="before")
+    @classmethod
+    def _no_bools(cls, value: Any) -> Any:
+        """pydantic's lax mode reads `true` as 1; a boolean where a number belongs is a client bug."""
+        if isinstance(value, bool) or (isinstance(value, list) and any(isinstance(v, bool) for v in value)):
+            raise ValueError("must be a number, not a boolean")
+        return value
+
     @field_validator("decoding")
     @classmethod
     def _known_decoding(cls, value: str | None) -> str | None:
@@ -159,6 +168,13 @@ class ChatCompletionRequest(SamplingFields):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     logprobs: bool | None = None
     add_generation_prompt: bool = True
+
+    @field_validator("max_completion_tokens", mode="before")
+    @classmethod
+    def _no_bool_max(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError("must be a number, not a boolean")
+        return value
 
     @field_validator("logprobs")
     @classmethod
