@@ -9,8 +9,6 @@ import socket
 import threading
 import time
 
-import pytest
-
 MODEL_NAME = "wedlm-test"
 MAX_MODEL_LEN = 256
 
@@ -41,11 +39,9 @@ def running_server(app):
 
 
 def make_llm(path, **kwargs):
-    """A CPU `wedlm.LLM` over `path` (skips when the engine is not importable)."""
-    try:
-        from wedlm import LLM
-    except ImportError as err:  # pragma: no cover - only before the engine lands
-        pytest.skip(f"wedlm engine not available: {err}")
+    """A CPU `wedlm.LLM` over `path` (an import error fails the test; it is never skipped)."""
+    from wedlm import LLM
+
     kwargs.setdefault("max_model_len", MAX_MODEL_LEN)
     return LLM(model=str(path), device="cpu", dtype="float32", **kwargs)
 
