@@ -34,6 +34,7 @@ class TrainConfig:
     model: dict[str, Any] = field(default_factory=dict)  # ModelConfig fields when init is None
     data_format: str = "auto"  # text | chat | auto
     data_limit: int | None = None  # read at most this many records
+    source_limits: dict[str, int] = field(default_factory=dict)  # max records per "source" field
     seq_len: int = 1024  # clean tokens per packed row (L)
     micro_batch: int = 4  # rows per process per micro-batch
     grad_accum: int = 1

@@ -73,13 +73,31 @@ def chat_document(messages: list[dict], tokenizer, end_id: int) -> Document:
     return Document(ids, maskable)
 
 
-def load_documents(path: str | Path, tokenizer, fmt: str = "auto", limit: int | None = None) -> list[Document]:
+def cap_sources(records: list[dict], source_limits: dict[str, int] | None) -> list[dict]:
+    """Keep at most `source_limits[src]` records of each `"source"` (order kept; others untouched)."""
+    if not source_limits:
+        return records
+    seen: dict[str, int] = {}
+    out = []
+    for r in records:
+        src = r.get("source")
+        seen[src] = seen.get(src, 0) + 1
+        if src not in source_limits or seen[src] <= source_limits[src]:
+            out.append(r)
+    return out
+
+
+def load_documents(path: str | Path, tokenizer, fmt: str = "auto", limit: int | None = None,
+                   source_limits: dict[str, int] | None = None) -> list[Document]:
     """Documents of a JSONL file; `fmt` is "text", "chat" or "auto" (from the first record).
+
+    `limit` caps the records read; `source_limits` then caps records per `"source"` field
+    (a curriculum knob: e.g. fewer code records in SFT).
 
     Raises:
         ValueError: an unknown format or a record lacking its field.
     """
-    records = read_jsonl(path, limit)
+    records = cap_sources(read_jsonl(path, limit), source_limits)
     if not records:
         raise ValueError(f"{path}: no records")
     if fmt == "auto":

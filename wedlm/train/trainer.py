@@ -154,7 +154,7 @@ def load_docs(cfg: TrainConfig, tokenizer, is_main: bool, accelerator):
     """Tokenised documents, cached in run_dir/docs.pt (built by the main process)."""
     cache = cfg.run_dir / "docs.pt"
     if is_main and not cache.is_file():
-        docs = load_documents(cfg.data, tokenizer, cfg.data_format, cfg.data_limit)
+        docs = load_documents(cfg.data, tokenizer, cfg.data_format, cfg.data_limit, cfg.source_limits)
         cfg.run_dir.mkdir(parents=True, exist_ok=True)
         torch.save([(d.ids, d.maskable) for d in docs], cache)
     accelerator.wait_for_everyone()
