@@ -61,6 +61,12 @@ def test_add_request_errors_name_the_limit(make_llm):
         llm.add_request(list(range(32)), GREEDY_AR)
     with pytest.raises(ValueError, match=r"prompt token ids must be integers in \[0, 256\)"):
         llm.add_request([1, 999], GREEDY_AR)
+    with pytest.raises(ValueError, match=r"prompt token ids must be integers in \[0, 256\)"):
+        llm.add_request([True, 5], GREEDY_AR)  # a bool is not a token id
+    with pytest.raises(ValueError, match="prompt must be a string or a list of token ids, got int"):
+        llm.add_request(5, GREEDY_AR)
+    with pytest.raises(ValueError, match="prompt must be a string or a list of token ids, got NoneType"):
+        llm.add_request(None, GREEDY_AR)
     llm.add_request([1], GREEDY_AR, request_id="dup")
     with pytest.raises(ValueError, match="already in use"):
         llm.add_request([1], GREEDY_AR, request_id="dup")
@@ -94,3 +100,12 @@ def test_generation_config_supplies_model_defaults(tiny_path, tmp_path):
     while llm.has_unfinished():
         llm.step()
     assert llm.metrics()["kv_blocks_free"] == llm.metrics()["kv_blocks_total"]
+
+
+def test_numpy_and_tuple_token_ids_are_prompts(llm):
+    import numpy as np
+
+    ref = llm.generate([[72, 101, 108]], GREEDY_AR)[0]["token_ids"]
+    assert llm.generate(np.array([72, 101, 108]), GREEDY_AR)[0]["token_ids"] == ref
+    assert llm.generate((72, 101, 108), GREEDY_AR)[0]["token_ids"] == ref
+    assert llm.generate([np.array([72, 101, 108]), (72, 101, 108)], GREEDY_AR)[1]["token_ids"] == ref

@@ -17,6 +17,7 @@ prompt length, plus the last prompt token when its AR logits are read.
 from __future__ import annotations
 
 import itertools
+import numbers
 import random
 import time
 
@@ -113,10 +114,15 @@ class Engine:
                 raise ValueError("prompt is a string but the model folder has no tokenizer; pass token ids")
             ids = self.tokenizer.encode(prompt, add_special_tokens=False)
         else:
-            ids = list(prompt)
+            try:
+                ids = list(prompt)
+            except TypeError:
+                raise ValueError(f"prompt must be a string or a list of token ids, "
+                                 f"got {type(prompt).__name__}") from None
         vocab = self.model.config.vocab_size
-        if not all(isinstance(t, int) and 0 <= t < vocab for t in ids):
+        if not all(isinstance(t, numbers.Integral) and not isinstance(t, bool) and 0 <= t < vocab for t in ids):
             raise ValueError(f"prompt token ids must be integers in [0, {vocab})")
+        ids = [int(t) for t in ids]
         if not ids:
             raise ValueError("prompt is empty; it needs at least 1 token")
         return ids

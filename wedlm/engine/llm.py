@@ -11,6 +11,7 @@ server drives from its single loop thread. Not thread-safe.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterator, Sequence as SequenceABC
 
 from .config import EngineConfig
@@ -164,9 +165,12 @@ class LLM:
 
     @staticmethod
     def _normalise(prompts, sampling_params) -> tuple[list, list[SamplingParams]]:
-        if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
+        if isinstance(prompts, str):
             prompts = [prompts]
-        prompts = list(prompts)
+        else:
+            prompts = list(prompts)
+            if prompts and isinstance(prompts[0], numbers.Integral):
+                prompts = [prompts]  # one prompt of token ids (list, tuple or numpy array)
         if sampling_params is None:
             sampling_params = SamplingParams()
         if isinstance(sampling_params, SamplingParams):
