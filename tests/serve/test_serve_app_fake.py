@@ -128,6 +128,10 @@ def test_engine_failure_is_an_error_event_then_done_and_a_500(tok):
         r = httpx.post(f"{url}/v1/completions", json={"prompt": "abc", "max_tokens": 2})
         assert r.status_code == 200 and r.json()["choices"][0]["text"] == "cb"
         assert httpx.get(f"{url}/health").json()["status"] == "ok"
+        metrics = httpx.get(f"{url}/metrics").text  # failures are "error", not "abort" (docs/serving.md)
+        assert 'wedlm_requests_finished_total{finish_reason="error"} 2.0' in metrics
+        assert 'wedlm_requests_finished_total{finish_reason="length"} 1.0' in metrics
+        assert 'finish_reason="abort"' not in metrics
 
 
 def test_engine_refusal_is_a_400_naming_the_field(tok):

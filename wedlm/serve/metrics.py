@@ -83,7 +83,8 @@ class ServerMetrics:
 
     def observe_finished(self, delta: Any) -> None:
         """Record a finished engine request (its `StreamDelta`, `stats` may be None)."""
-        self.finished.labels(finish_reason=delta.finish_reason or "unknown").inc()
+        reason = "error" if getattr(delta, "error", None) else (delta.finish_reason or "unknown")
+        self.finished.labels(finish_reason=reason).inc()  # a failed request finishes "abort" with an error
         stats = delta.stats or {}
         self.prompt_tokens.inc(stats.get("prompt_tokens", 0) or 0)
         self.generation_tokens.inc(stats.get("decode_tokens", 0) or 0)
