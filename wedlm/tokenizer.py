@@ -23,11 +23,19 @@ def load_tokenizer(path: str | Path):
         FileNotFoundError: the folder has no tokenizer files.
     """
     from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
     path = Path(path)
     if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json")):
         raise FileNotFoundError(f"{path}: no tokenizer files (tokenizer.json / tokenizer_config.json)")
-    return AutoTokenizer.from_pretrained(str(path))
+    # transformers does not know model_type "wedlm" and warns on every load that the config
+    # may not fit the model class; only the tokenizer is read here, so that warning is noise.
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        return AutoTokenizer.from_pretrained(str(path))
+    finally:
+        hf_logging.set_verbosity(verbosity)
 
 
 def read_json(path: Path) -> dict[str, Any]:

@@ -42,3 +42,15 @@ def test_tokenizer_stop_and_mask_ids(ckpt_factory, tmp_path):
     assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     with pytest.raises(FileNotFoundError, match="no tokenizer files"):
         load_tokenizer(tmp_path)
+
+
+def test_loading_a_wedlm_tokenizer_prints_no_model_type_warning(ckpt_factory, capfd):
+    """transformers does not know model_type "wedlm"; its warning must not reach every CLI run."""
+    from transformers.utils import logging as hf_logging
+
+    path = ckpt_factory("tok_warning_wedlm", family="qwen3", wedlm=True, tokenizer=True)
+    before = hf_logging.get_verbosity()
+    capfd.readouterr()
+    load_tokenizer(path)
+    assert "model of type" not in capfd.readouterr().err
+    assert hf_logging.get_verbosity() == before
