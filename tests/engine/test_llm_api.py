@@ -109,3 +109,21 @@ def test_numpy_and_tuple_token_ids_are_prompts(llm):
     assert llm.generate(np.array([72, 101, 108]), GREEDY_AR)[0]["token_ids"] == ref
     assert llm.generate((72, 101, 108), GREEDY_AR)[0]["token_ids"] == ref
     assert llm.generate([np.array([72, 101, 108]), (72, 101, 108)], GREEDY_AR)[1]["token_ids"] == ref
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"wedlm_window_size": 0}, "wedlm_window_size must be an integer >= 1, got 0"),
+    ({"wedlm_window_size": "8"}, "wedlm_window_size must be an integer >= 1"),
+    ({"wedlm_entropy_threshold": -1}, "wedlm_entropy_threshold must be >= 0"),
+    ({"wedlm_pos_penalty_factor": "x"}, "wedlm_pos_penalty_factor must be"),
+])
+def test_bad_generation_config_is_refused_at_load_not_a_hang(tiny_path, tmp_path, bad, message):
+    """A window of 0 in generation_config.json used to stall every request forever."""
+    import json
+    import shutil
+
+    folder = tmp_path / "ckpt"
+    shutil.copytree(tiny_path, folder)
+    (folder / "generation_config.json").write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match=f"generation_config.json: {message}"):
+        LLM(str(folder), kv_block_size=4, device="cpu")

@@ -58,7 +58,7 @@ class Engine:
         self.stop_ids = stop_token_ids(self.tokenizer, config.model)
         self.mask_token_id = mask_token_id(self.tokenizer, cfg.mask_token_id)
         self.model_defaults = generation_defaults(config.model)
-        self.window_size = config.window_size or int(self.model_defaults.get("wedlm_window_size", DEFAULT_WINDOW))
+        self.window_size = self._default_window(config)
         self.max_model_len = resolve_max_model_len(config.max_model_len, cfg.max_position_embeddings)
         self.max_num_batched_tokens = config.max_num_batched_tokens or max(
             self.max_model_len, 4 * self.window_size + 2)
@@ -72,6 +72,21 @@ class Engine:
         self._pending: list[StreamDelta] = []
         self._ids = itertools.count()
         self._rng = random.Random(config.seed)
+
+    def _default_window(self, config: EngineConfig) -> int:
+        """W: the engine argument, else generation_config.json's, else 16; the folder's values are
+        checked here (a window of 0 would stall every request), naming the file."""
+        source = f"{config.model}/generation_config.json"
+        try:
+            SamplingParams().resolve(self.model_defaults)  # tau and lambda
+        except ValueError as err:
+            raise ValueError(f"{source}: {err}") from None
+        if config.window_size is not None:
+            return config.window_size
+        window = self.model_defaults.get("wedlm_window_size", DEFAULT_WINDOW)
+        if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+            raise ValueError(f"{source}: wedlm_window_size must be an integer >= 1, got {window!r}")
+        return window
 
     # ---- requests ---------------------------------------------------------------
 
