@@ -113,3 +113,24 @@ def test_systems_sweep_order():
                      "verified", "ar", "transformers"]
     with pytest.raises(ValueError, match="unknown task"):
         BenchConfig(model="m", tasks=("poetry",))
+
+
+def test_cli_writes_report(ckpt_factory, tmp_path, capsys):
+    from wedlm.cli.main import main
+
+    path = ckpt_factory("bench-wedlm", wedlm=True, tokenizer=True, vocab_size=260, max_position_embeddings=2048)
+    threads = torch.get_num_threads()
+    try:
+        rc = main(["bench", "--model", str(path), "--quick", "--tasks", "counting", "--batch-sizes", "1",
+                   "--max-tokens", "3", "--taus", "0.9", "--blockwise-taus", "0.9", "--no-transformers",
+                   "--no-plots", "--threads", "1", "--out-dir", str(tmp_path)])
+    finally:
+        torch.set_num_threads(threads)
+    assert rc == 0
+    saved = json.loads((tmp_path / "benchmarks.json").read_text())
+    assert [r["system"] for r in saved["results"]] == ["wedlm t=0.9 l=0.02", "blockwise t=0.9", "verified", "ar"]
+    assert saved["machine"]["torch_threads"] == 1
+    assert (tmp_path / "benchmarks.md").read_text().startswith("# Benchmarks")
+    assert not (tmp_path / "img").exists()
+    out = capsys.readouterr().out
+    assert "counting: wall clock vs ar" in out and "markdown:" in out
