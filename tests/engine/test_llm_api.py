@@ -127,3 +127,13 @@ def test_bad_generation_config_is_refused_at_load_not_a_hang(tiny_path, tmp_path
     (folder / "generation_config.json").write_text(json.dumps(bad))
     with pytest.raises(ValueError, match=f"generation_config.json: {message}"):
         LLM(str(folder), kv_block_size=4, device="cpu")
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"max_num_seqs": "4"}, "max_num_seqs"), ({"kv_block_size": True}, "kv_block_size"),
+    ({"max_model_len": 0}, "max_model_len"), ({"wedlm_window_size": 2.5}, "window_size"),
+    ({"num_kv_blocks": -1}, "num_kv_blocks"), ({"gpu_memory_utilization": "0.9"}, "gpu_memory_utilization"),
+])
+def test_bad_engine_arguments_raise_value_error_naming_them(tiny_path, kwargs, field):
+    with pytest.raises(ValueError, match=f"^{field} must be"):
+        LLM(str(tiny_path), device="cpu", **kwargs)

@@ -7,6 +7,7 @@ that depend on the model (context length, KV block count) are derived by
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,14 +59,15 @@ class EngineConfig:
     fast_path: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("max_num_seqs", "kv_block_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("window_size", "max_model_len", "max_num_batched_tokens", "num_kv_blocks"):
+        for name in ("max_num_seqs", "kv_block_size", "window_size", "max_model_len", "max_num_batched_tokens",
+                     "num_kv_blocks"):
             value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
-        if not 0 < self.gpu_memory_utilization <= 1:
+            if value is None and name not in ("max_num_seqs", "kv_block_size"):
+                continue
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            setattr(self, name, int(value))
+        if not isinstance(self.gpu_memory_utilization, numbers.Real) or not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
 
 
