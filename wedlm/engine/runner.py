@@ -61,6 +61,8 @@ class ModelRunner:
         cfg = model.config
         self.model = optimize_for_inference(model) if fast_path else model
         self.device = model.device
+        # [MASK] is an input symbol, never an output: no decoder may sample or commit it.
+        self.mask_token_id = cfg.mask_token_id if cfg.model_type == "wedlm" else None
         self.kv_cache = KVCache(cfg.num_hidden_layers, num_blocks, block_size, cfg.num_key_value_heads,
                                 cfg.head_dim, model.dtype, self.device)
 
@@ -93,6 +95,8 @@ class ModelRunner:
             self.model.hidden_states(input_ids, positions, attn)
             return [ForwardOutput(torch.empty(0), []) for _ in items]
         logits = self.model(input_ids, positions, attn, torch.tensor(rows, dtype=torch.int64, device=device))
+        if self.mask_token_id is not None:
+            logits[:, self.mask_token_id] = float("-inf")
         argmax = logits.argmax(-1).tolist()
         out, start = [], 0
         for item in items:
