@@ -53,7 +53,7 @@ class BenchConfig:
         max_tokens: per-task budget override (None = `tasks.MAX_TOKENS`).
         repeats: timed repeats (after one warm-up).
         verified / transformers: include those systems.
-        window_size: engine window W.
+        window_size: engine window W (None = the model's generation_config.json, else 16).
         prefix_caching: let the engine reuse prompt KV across requests. Off by default:
             repeats would otherwise skip prefill that the transformers peer recomputes.
     """
@@ -70,7 +70,7 @@ class BenchConfig:
     repeats: int = 3
     verified: bool = True
     transformers: bool = True
-    window_size: int = 16
+    window_size: int | None = None
     prefix_caching: bool = False
     device: str = "cpu"
     dtype: str = "float32"
@@ -117,6 +117,8 @@ def load_systems(cfg: BenchConfig, llm=None, hf=None) -> tuple[object, list]:
 
         llm = LLM(model=cfg.model, wedlm_window_size=cfg.window_size, max_num_seqs=max(cfg.batch_sizes),
                   device=cfg.device, dtype=cfg.dtype, enable_prefix_caching=cfg.prefix_caching)
+    if cfg.window_size is None:
+        cfg.window_size = llm.engine.window_size  # the model's recommended W, recorded in the report
     systems = []
     for spec in bench_systems(cfg):
         if spec.kind == "engine":
