@@ -11,6 +11,10 @@
 # runs/wedlm-tiny/stages.jsonl.
 #
 #   nohup bash recipes/wedlm_tiny.sh > runs/wedlm-tiny/recipe.log 2>&1 &
+# Then evaluate and write the model card (OMP_NUM_THREADS=1 matters on a shared machine):
+#   OMP_NUM_THREADS=1 python recipes/eval_wedlm_tiny.py --model models/wedlm-tiny --out runs/wedlm-tiny/eval --limit 30
+#   OMP_NUM_THREADS=1 python recipes/tune_decoding.py   # optional: W / tau / lambda grid
+#   python recipes/model_card.py --notes runs/wedlm-tiny/card_notes.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN=runs/wedlm-tiny
