@@ -135,7 +135,6 @@ class ModelConfig:
             "attention_bias": self.attention_bias,
             "qk_norm": self.qk_norm,
             "rope_theta": rope.theta,
-            "rope_scaling": None,
             "torch_dtype": "float32",
         }
         if rope.rope_type != "default":
