@@ -13,20 +13,14 @@ from __future__ import annotations
 import torch
 
 from ..request import Sequence
-from .base import Decoder, StepResult, WindowPlan
-from .streaming import fill_masks, mask_slots, plan_filled_first
+from .base import StepResult, WindowPlan
+from .streaming import StreamingDecoder, fill_masks, mask_slots
 
 
-class BlockwiseDecoder(Decoder):
-    """`decoding="blockwise"`."""
+class BlockwiseDecoder(StreamingDecoder):
+    """`decoding="blockwise"`: the streaming window and fill rule, committed a whole block at a time."""
 
     name = "blockwise"
-
-    def init(self, seq: Sequence) -> None:
-        seq.window = [None] * min(seq.window_size, seq.budget_left)
-
-    def plan(self, seq: Sequence) -> WindowPlan:
-        return plan_filled_first(seq, self.mask_token_id)
 
     def update(self, seq: Sequence, plan: WindowPlan, logits: torch.Tensor,
                argmax: list[int]) -> StepResult:
