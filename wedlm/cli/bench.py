@@ -11,7 +11,7 @@ import argparse
 import shlex
 import sys
 
-from .main import default_model
+from .main import add_runtime_args, apply_threads, default_model
 
 EXAMPLES = """examples:
   wedlm bench --quick                      # about a minute on a laptop CPU
@@ -65,10 +65,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--prefix-caching", action="store_true",
                    help="let the engine reuse prompt KV across requests (off: every system prefills every prompt)")
     p.add_argument("--no-plots", action="store_true", help="write JSON and markdown only")
-    p.add_argument("--device", default="cpu", help="torch device (default: %(default)s)")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default: torch's; 1 is fastest on a busy machine)")
+    add_runtime_args(p)
     p.set_defaults(func=run)
     return p
 
@@ -93,13 +90,10 @@ def config_from_args(args: argparse.Namespace, command: str = ""):
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     from wedlm.bench.report import targets, write_report
     from wedlm.bench.runner import run_bench
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    apply_threads(args)
     argv = sys.argv[1:] if sys.argv[1:2] == ["bench"] else ["bench", "..."]
     cfg = config_from_args(args, shlex.join(["wedlm", *argv]))
     result = run_bench(cfg)

