@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# End-to-end recipe of the shipped tiny WeDLM (models/wedlm-tiny), the paper's pipeline at toy scale:
-#   1. data + byte-level BPE tokenizer   (python -m wedlm.data.build; skipped when present)
-#   2. AR pretraining                     (configs/tiny_ar.yaml)
-#   3. AR -> WeDLM conversion             (wedlm convert)
-#   4. WeDLM continued training           (configs/tiny_wedlm.yaml: dual-stream masking + AR loss)
-#   5. chat SFT                           (configs/tiny_sft.yaml)
-#   6. export config.json + model.safetensors + generation_config.json into models/wedlm-tiny
-# Resumable: rerun the same command; finished stages are skipped (their final/ exists) and
-# an interrupted stage continues from its last checkpoint. Wall-clock per stage goes to
-# runs/wedlm-tiny/stages.jsonl.
+# End-to-end recipe of the shipped tiny WeDLM (models/wedlm-tiny), the paper's pipeline at toy scale,
+# from scratch in about 100 minutes on a quiet 2-core CPU:
+#   1. tokenizer (byte-level BPE, only when models/wedlm-tiny has none: python -m wedlm.data.build)
+#      and the curriculum's chat records (python -m wedlm.data.curriculum: counting, two-digit
+#      addition/subtraction, list operations; disjoint train / val / test splits)
+#   2. AR training from scratch             (configs/tiny_ar.yaml, 30 min)
+#   3. AR -> WeDLM conversion               (wedlm convert: adds the [MASK] token)
+#   4. WeDLM training: dual-stream masking + AR loss, 8 learnable <|im_end|> (configs/tiny_wedlm.yaml, 65 min)
+#   5. export config.json + model.safetensors + generation_config.json into models/wedlm-tiny
+# Resumable: rerun the same command; finished stages are skipped (their final/ exists) and an
+# interrupted stage continues from its last checkpoint. The run owns both cores: start nothing
+# else meanwhile (tokens/s in runs/wedlm-tiny/*/log.jsonl shows when something does).
+# Wall clock per stage goes to runs/wedlm-tiny/stages.jsonl.
 #
-#   nohup bash recipes/wedlm_tiny.sh > runs/wedlm-tiny/recipe.log 2>&1 &
-# Then evaluate and write the model card (OMP_NUM_THREADS=1 matters on a shared machine):
-#   OMP_NUM_THREADS=1 python recipes/eval_wedlm_tiny.py --model models/wedlm-tiny --out runs/wedlm-tiny/eval --limit 30
-#   OMP_NUM_THREADS=1 python recipes/tune_decoding.py   # optional: W / tau / lambda grid
-#   python recipes/model_card.py --notes runs/wedlm-tiny/card_notes.md
+#   mkdir -p runs/wedlm-tiny && nohup bash recipes/wedlm_tiny.sh > runs/wedlm-tiny/recipe.log 2>&1 &
+# Then tune decoding on the validation split, evaluate on the test split and write the model card:
+#   python recipes/tune_decoding.py
+#   python recipes/eval_wedlm_tiny.py
+#   python recipes/model_card.py
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN=runs/wedlm-tiny
@@ -32,12 +35,12 @@ stage() {  # stage NAME COMMAND...: run, timing it into stages.jsonl
   echo "=== [$(date +%T)] stage $name done in $((t1 - t0)) s"
 }
 
-if [ ! -f data/pretrain.jsonl ] || [ ! -f data/sft.jsonl ] || [ ! -f "$OUT/tokenizer.json" ]; then
-  stage data $PY -m wedlm.data.build --out data --tokenizer-out "$OUT"
+if [ ! -f "$OUT/tokenizer.json" ]; then
+  stage tokenizer $PY -m wedlm.data.build --out data --tokenizer-out "$OUT"
 fi
+[ -f data/curriculum/train.jsonl ] || stage data $PY -m wedlm.data.curriculum --out data/curriculum
 stage ar      $PY -m wedlm.cli.main train --config configs/tiny_ar.yaml
 [ -f "$RUN/ar-wedlm/config.json" ] || stage convert $PY -m wedlm.cli.main convert "$RUN/ar/final" "$RUN/ar-wedlm"
 stage wedlm   $PY -m wedlm.cli.main train --config configs/tiny_wedlm.yaml
-stage sft     $PY -m wedlm.cli.main train --config configs/tiny_sft.yaml
-stage export  $PY -m wedlm.train.export "$RUN/sft/final" "$OUT"
+stage export  $PY -m wedlm.train.export "$RUN/wedlm/final" "$OUT"
 echo "=== recipe done: $OUT"

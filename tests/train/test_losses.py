@@ -34,3 +34,18 @@ def test_global_normalisation_makes_split_batches_sum_to_whole():
     b = loss_sums(logits[n0:], labels[1:], weights[1:], is_memory[1:])
     tw, ta = float(whole.mask_weight), float(whole.ar_count)
     assert torch.isclose(combine(a, tw, ta, 1.0) + combine(b, tw, ta, 1.0), combine(whole, tw, ta, 1.0))
+
+
+def test_mean_mix_halves_the_sum_and_unknown_mix_is_refused():
+    """loss_mix="mean" is the official (mask + AR) / 2; anything else is a ValueError naming it."""
+    import pytest
+
+    torch.manual_seed(2)
+    labels = torch.tensor([[4, 1, -100, 2]])
+    is_memory = torch.tensor([[True, True, False, False]])
+    weights = torch.tensor([[0.0, 0.0, 0.0, 3.0]])
+    s = loss_sums(torch.randn(3, 8), labels, weights, is_memory)
+    total = combine(s, 3.0, 2.0, 1.0)
+    assert torch.isclose(combine(s, 3.0, 2.0, 1.0, "mean"), total / 2)
+    with pytest.raises(ValueError, match="mix"):
+        combine(s, 3.0, 2.0, 1.0, "avg")

@@ -6,6 +6,7 @@ in block k sees memory slots at positions < start(k) and the prediction slots of
 block k placed before it (itself included); blocks are reordered observed-first.
 """
 
+import math
 import random
 
 import pytest
@@ -76,7 +77,7 @@ def test_every_slot_sees_itself():
 
 
 def test_mask_counts_and_loss_weights():
-    """Per block: max(1, round(gamma * n_maskable)) masks; weight 1/gamma at each (Eq. 10)."""
+    """Per block: round(gamma * n_maskable) masks (0 allowed); weight 1/gamma at each (Eq. 10)."""
     rng = random.Random(3)
     row = random_row(rng, 64, prompt_frac=0.5)
     block = 8
@@ -92,7 +93,7 @@ def test_mask_counts_and_loss_weights():
             continue
         gamma = float(draw.gamma[members][0])
         assert 0 < gamma <= 1
-        assert got == max(1, round(gamma * n))
+        assert got == int(gamma * n + 0.5)
     w = ex.loss_weights[64:]
     is_mask = ex.input_ids[64:] == MASK
     assert torch.all(w[~is_mask] == 0) and torch.all(ex.loss_weights[:64] == 0)
@@ -124,3 +125,29 @@ def test_causal_row():
     ex = build_causal(row)
     same = row.doc_ids[:, None] == row.doc_ids[None, :]
     assert torch.equal(ex.attention_mask, same & torch.ones(30, 30, dtype=torch.bool).tril())
+
+
+def test_mask_weights_bounded_and_unbiased():
+    """Official mask count: no weight exceeds 2n (n maskable tokens of the block), and over
+    many draws the summed weights 1/gamma of a block estimate n (the Eq. 10 estimator)."""
+    block = 16
+    for n_maskable in (1, 3, 16):
+        row = PackedRow(torch.arange(block), torch.zeros(block, dtype=torch.long), torch.arange(block),
+                        torch.arange(block) >= block - n_maskable)
+        totals = []
+        for s in range(4000):
+            draw = draw_masks(row, block, torch.Generator().manual_seed(s))
+            w = 1.0 / draw.gamma[draw.masked]
+            assert int(draw.masked.sum()) <= n_maskable
+            assert torch.all(w <= 2 * n_maskable + 1e-4), (n_maskable, w.max())
+            totals.append(float(w.sum()))
+        mean = sum(totals) / len(totals)
+        # E[round(gamma n) / gamma] over gamma ~ U(0, 1]: ln 2 for n = 1, n - 0.344 for n = 16
+        exact = sum(j * math.log((j + 0.5) / (j - 0.5)) for j in range(1, n_maskable))
+        exact += n_maskable * math.log(n_maskable / (n_maskable - 0.5))
+        assert abs(mean - exact) < 0.04 * n_maskable, (n_maskable, mean, exact)
+        assert n_maskable - exact < 0.35
+    # a zero-mask block is possible (gamma < 0.5 / n) and then carries no weight at all
+    row = PackedRow(torch.arange(4), torch.zeros(4, dtype=torch.long), torch.arange(4), torch.ones(4, dtype=torch.bool))
+    empty = [s for s in range(200) if not draw_masks(row, 4, torch.Generator().manual_seed(s)).masked.any()]
+    assert empty, "gamma < 1/8 happens in ~12% of draws; none seen"

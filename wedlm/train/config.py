@@ -40,6 +40,8 @@ class TrainConfig:
     grad_accum: int = 1
     block_size: int = 16  # B of the prediction stream
     ar_weight: float = 1.0  # weight of the auxiliary AR loss (1.0 in the released recipe)
+    loss_mix: str = "sum"  # "sum": mask + ar_weight * AR; "mean": (mask + ar_weight * AR) / 2 (official)
+    num_learnable_im_end: int = 8  # chat data: scored <|im_end|> tokens after each answer (official default 8)
     lr: float = 1e-3
     min_lr: float = 1e-4
     warmup_steps: int = 50
@@ -63,6 +65,10 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.stage not in STAGES:
             raise ValueError(f"stage must be one of {STAGES}, got {self.stage!r}")
+        if self.loss_mix not in ("sum", "mean"):
+            raise ValueError(f"loss_mix must be 'sum' or 'mean', got {self.loss_mix!r}")
+        if self.num_learnable_im_end < 0:
+            raise ValueError(f"num_learnable_im_end must be >= 0, got {self.num_learnable_im_end}")
         if self.attention not in ATTENTION:
             raise ValueError(f"attention must be one of {ATTENTION}, got {self.attention!r}")
         if self.init is None and not self.model:

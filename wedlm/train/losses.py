@@ -55,9 +55,18 @@ def loss_sums(logits: torch.Tensor, labels: torch.Tensor, loss_weights: torch.Te
     )
 
 
-def combine(sums: LossSums, total_weight: float, total_ar: float, ar_weight: float) -> torch.Tensor:
-    """Scalar loss of a micro-batch, normalised by GLOBAL totals: mask_ce/W + ar_weight * ar_ce/N."""
+def combine(sums: LossSums, total_weight: float, total_ar: float, ar_weight: float,
+            mix: str = "sum") -> torch.Tensor:
+    """Scalar loss of a micro-batch, normalised by GLOBAL totals: mask_ce/W + ar_weight * ar_ce/N.
+
+    `mix="mean"` halves it, (mask + ar_weight * AR) / 2, as the official trainer averages the two.
+
+    Raises:
+        ValueError: an unknown `mix`.
+    """
+    if mix not in ("sum", "mean"):
+        raise ValueError(f"loss mix must be 'sum' or 'mean', got {mix!r}")
     loss = sums.ar_ce * (ar_weight / max(total_ar, 1.0))
     if total_weight > 0:
         loss = loss + sums.mask_ce / total_weight
-    return loss
+    return loss * 0.5 if mix == "mean" else loss

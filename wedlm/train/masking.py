@@ -3,8 +3,8 @@
 What: from one packed row of clean tokens this module builds the training input
 `[memory stream x_o] ++ [prediction stream x_t]`, both carrying the tokens'
 logical positions; the prediction stream is cut into blocks of B tokens, each
-block masks round(gamma_k * n_maskable) of its maskable tokens (gamma_k ~ U(0, 1])
-and is topologically reordered (observed tokens first, then [MASK]s, positions
+block masks round(gamma_k * n_maskable) of its maskable tokens (gamma_k ~ U(0, 1];
+none when that rounds to 0, as in the official trainer) and is topologically reordered (observed tokens first, then [MASK]s, positions
 kept; section 4.1, Eq. 5-6). It also returns the boolean visibility mask, the
 per-slot loss weights 1/gamma_k (Eq. 10) and the labels of both losses.
 
@@ -76,9 +76,17 @@ def block_ids(row: PackedRow, block_size: int) -> torch.Tensor:
 
 
 def draw_masks(row: PackedRow, block_size: int, generator: torch.Generator) -> MaskDraw:
-    """Per block: gamma ~ U(0, 1], then mask round(gamma * n) of its n maskable tokens (at least 1).
+    """Per block: gamma ~ U(0, 1], then mask round(gamma * n) of its n maskable tokens.
 
-    Tokens with `row.maskable` False (SFT prompts, padding) are never masked.
+    As in the official trainer (Tencent/WeDLM `finetune/src/masking.py`), a block whose
+    round(gamma * n) is 0 masks nothing and contributes no loss. So every masked token has
+    gamma * n >= 0.5 and its weight 1/gamma is at most 2n (forcing one masked token with a
+    tiny gamma would give it a weight up to 1e6 and let it dominate a step). Over gamma the
+    summed weights of a block, sum_i 1/gamma, estimate n with a constant bias of about
+    -0.34 (exactly sum_j j ln((j+1/2)/(j-1/2)) for j < n plus n ln(n/(n-1/2)); 31.65 for
+    n = 32): every token keeps the same expected weight, so the loss is unbiased up to a
+    per-block scale (tests/train/test_masking.py). Tokens with `row.maskable` False (SFT prompts,
+    padding) are never masked.
     """
     blocks = block_ids(row, block_size)
     n_blocks = int(blocks[-1]) + 1
@@ -90,10 +98,12 @@ def draw_masks(row: PackedRow, block_size: int, generator: torch.Generator) -> M
         idx = torch.nonzero((blocks == b) & row.maskable).flatten()
         if len(idx) == 0:
             continue
-        k = max(1, round(float(gammas[b]) * len(idx)))
+        gamma[blocks == b] = gammas[b]
+        k = int(float(gammas[b]) * len(idx) + 0.5)  # round half up
+        if k == 0:
+            continue
         chosen = idx[torch.argsort(scores[idx])[:k]]
         masked[chosen] = True
-        gamma[blocks == b] = gammas[b]
     return MaskDraw(masked, gamma)
 
 

@@ -154,7 +154,8 @@ def load_docs(cfg: TrainConfig, tokenizer, is_main: bool, accelerator):
     """Tokenised documents, cached in run_dir/docs.pt (built by the main process)."""
     cache = cfg.run_dir / "docs.pt"
     if is_main and not cache.is_file():
-        docs = load_documents(cfg.data, tokenizer, cfg.data_format, cfg.data_limit, cfg.source_limits)
+        docs = load_documents(cfg.data, tokenizer, cfg.data_format, cfg.data_limit, cfg.source_limits,
+                               cfg.num_learnable_im_end)
         cfg.run_dir.mkdir(parents=True, exist_ok=True)
         torch.save([(d.ids, d.maskable) for d in docs], cache)
     accelerator.wait_for_everyone()
@@ -223,7 +224,7 @@ def step_once(cfg, accelerator, model, optimizer, packer, mask_id, step, lr) -> 
         ctx = accelerator.no_sync(model) if i < len(batches) - 1 else _null()
         with ctx, accelerator.autocast():
             s = forward_sums(model, cfg, batch, accelerator.device)
-            loss = combine(s, total_w, total_ar, cfg.ar_weight) * world  # DDP averages over processes
+            loss = combine(s, total_w, total_ar, cfg.ar_weight, cfg.loss_mix) * world  # DDP averages
         accelerator.backward(loss)
         sums += torch.stack([s.mask_ce.detach(), s.ar_ce.detach()])
     grad_norm = accelerator.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -233,7 +234,8 @@ def step_once(cfg, accelerator, model, optimizer, packer, mask_id, step, lr) -> 
     mask_loss = mask_ce / total_w if total_w > 0 else 0.0
     ar_loss = ar_ce / max(total_ar, 1.0)
     clean = world * cfg.grad_accum * cfg.micro_batch * cfg.seq_len
-    return {"loss": mask_loss + cfg.ar_weight * ar_loss, "mask_loss": mask_loss, "ar_loss": ar_loss,
+    scale = 0.5 if cfg.loss_mix == "mean" else 1.0
+    return {"loss": scale * (mask_loss + cfg.ar_weight * ar_loss), "mask_loss": mask_loss, "ar_loss": ar_loss,
             "grad_norm": float(grad_norm), "tokens": clean}
 
 

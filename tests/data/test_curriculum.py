@@ -1,0 +1,91 @@
+"""The tiny model's curriculum: answers recomputed from the prompt, disjoint splits, the count spec."""
+
+import re
+
+import pytest
+
+from wedlm.data import curriculum as cur
+
+
+def _count_values(prompt: str) -> list[int]:
+    m = re.fullmatch(r"Count (down )?from (\d+) to (\d+)(?: in steps of (\d+))?\.", prompt)
+    assert m, prompt
+    down, a, b, step = m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4) or 1)
+    return list(range(a, b - 1, -step)) if down else list(range(a, b + 1, step))
+
+
+def test_count_answers_and_spec():
+    exs = cur.examples("count", 3000, "train")
+    crossing = 0
+    for ex in exs:
+        values = [int(v) for v in ex["answer"].split(", ")]
+        assert values == _count_values(ex["prompt"])
+        assert 3 <= len(values) <= (200 if ex["prompt"] == "Count from 1 to 200." else 150)
+        assert min(values) >= 0 and max(values) <= 1100
+        crossing += any(len(str(x)) != len(str(y)) for x, y in zip(values, values[1:]))
+    assert crossing > 0.3 * len(exs)  # digit-length changes are over-weighted on purpose
+    assert sum(ex["prompt"] == "Count from 1 to 200." for ex in exs) > 50
+    assert {ex["op"] for ex in exs} == {"up", "down"}
+
+
+def test_addsub_answers():
+    for ex in cur.examples("addsub", 2000, "train") + cur.examples("addsub", 200, "test"):
+        a, op, b = re.fullmatch(r"What is (\d\d) ([+-]) (\d\d)\?", ex["prompt"]).groups()
+        c = int(a) + int(b) if op == "+" else int(a) - int(b)
+        assert c >= 0 and ex["answer"] == f"{a} {op} {b} = {c}" and ex["final"] == str(c)
+
+
+@pytest.mark.parametrize("op,items,pos,word,want", [
+    ("copy", ["A", "B", "C"], None, None, ["A", "B", "C"]),
+    ("reverse", ["A", "B", "C"], None, None, ["C", "B", "A"]),
+    ("sort", ["Tom", "Ava", "Max"], None, None, ["Ava", "Max", "Tom"]),
+    ("insert", ["A", "B", "C"], 1, "Z", ["Z", "A", "B", "C"]),
+    ("insert", ["A", "B", "C"], 4, "Z", ["A", "B", "C", "Z"]),
+    ("remove", ["A", "B", "C"], 2, None, ["A", "C"]),
+    ("replace", ["A", "B", "C"], 3, "Z", ["A", "B", "Z"]),
+])
+def test_list_ops(op, items, pos, word, want):
+    assert cur.apply_list_op(op, items, pos, word) == want
+
+
+def test_list_op_bad_position():
+    with pytest.raises(ValueError, match="position must be in \\[1, 3\\]"):
+        cur.apply_list_op("remove", ["A", "B", "C"], 4)
+
+
+def test_listops_answers_follow_the_prompt():
+    pat = {"insert": r"Insert (\w+) at position (\d) of the list: (.*)\.",
+           "remove": r"Remove position (\d) from the list: (.*)\.",
+           "replace": r"Replace position (\d) with (\w+) in the list: (.*)\."}
+    exs = cur.examples("listops", 1200, "train")
+    assert {ex["op"] for ex in exs} == set(cur.LIST_OPS)
+    for ex in exs:
+        if ex["op"] in pat:
+            g = re.fullmatch(pat[ex["op"]], ex["prompt"]).groups()
+            if ex["op"] == "insert":
+                word, pos, listing = g[0], int(g[1]), g[2]
+            elif ex["op"] == "remove":
+                word, pos, listing = None, int(g[0]), g[1]
+            else:
+                pos, word, listing = int(g[0]), g[1], g[2]
+        else:
+            word, pos, listing = None, None, ex["prompt"].split(": ", 1)[1][:-1]
+        items = listing.split(", ")
+        assert 3 <= len(items) <= 6 and len(set(items)) == len(items)
+        assert ex["answer"].split(", ") == cur.apply_list_op(ex["op"], items, pos, word)
+
+
+def test_splits_are_disjoint_and_fixed():
+    for task in cur.TASKS:
+        train = {ex["prompt"] for ex in cur.examples(task, 3000, "train")}
+        val = {ex["prompt"] for ex in cur.examples(task, 100, "val")}
+        test = cur.examples(task, 100, "test")
+        assert not (train & val) and not (train & {e["prompt"] for e in test})
+        assert not (val & {e["prompt"] for e in test})
+        assert cur.examples(task, 100, "test") == test  # deterministic
+
+
+def test_build_writes_all_files(tmp_path):
+    counts = cur.build(tmp_path, scale=0.001)
+    assert counts == {"train.jsonl": 500, "val.jsonl": 3, "test.jsonl": 3}
+    assert not list(tmp_path.glob(".*.tmp"))

@@ -1,0 +1,47 @@
+"""Chat SFT documents: prompt unmasked, reply + <|im_end|> maskable, learnable end tokens after the last reply."""
+
+import pytest
+
+from wedlm.testing import byte_tokenizer
+from wedlm.train.config import TrainConfig
+from wedlm.train.data import chat_document
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return byte_tokenizer(260)
+
+
+def _end(tok):
+    return tok.get_vocab()["<|im_end|>"]
+
+
+def test_learnable_ends_follow_the_last_reply_only(tok):
+    messages = [{"role": "user", "content": "a?"}, {"role": "assistant", "content": "bc"},
+                {"role": "user", "content": "d?"}, {"role": "assistant", "content": "ef"}]
+    end = _end(tok)
+    plain = chat_document(messages, tok, end)
+    padded = chat_document(messages, tok, end, learnable_ends=8)
+    newline = tok("\n", add_special_tokens=False)["input_ids"]
+    # without extra ends the conversation ends with <|im_end|> + the template's newline (unmasked)
+    assert plain.ids[-1 - len(newline):] == [end] + newline and plain.maskable[-1] is False
+    # with them: everything up to the last reply's <|im_end|> is identical, then 8 more, all scored
+    cut = len(plain.ids) - len(newline)
+    assert padded.ids[:cut] == plain.ids[:cut] and padded.maskable[:cut] == plain.maskable[:cut]
+    assert padded.ids[cut:] == [end] * 8 and all(padded.maskable[cut:])
+    # the first reply keeps exactly one <|im_end|> followed by the newline
+    first_end = plain.ids.index(end, plain.ids.index(end) + 1)  # [0] ends the first user turn
+    assert padded.ids[first_end + 1: first_end + 1 + len(newline)] == newline
+    # the number of scored tokens: replies ("bc", "ef") + their <|im_end|> + 8 learnable ends
+    assert sum(padded.maskable) == sum(plain.maskable) + 8
+    with pytest.raises(ValueError, match="learnable_ends"):
+        chat_document(messages, tok, end, learnable_ends=-1)
+
+
+def test_config_validates_new_knobs(tmp_path):
+    base = dict(stage="wedlm", data="x", tokenizer="t", out_dir=str(tmp_path), init="m")
+    assert TrainConfig(**base).num_learnable_im_end == 8 and TrainConfig(**base).loss_mix == "sum"
+    with pytest.raises(ValueError, match="loss_mix"):
+        TrainConfig(**base, loss_mix="avg")
+    with pytest.raises(ValueError, match="num_learnable_im_end"):
+        TrainConfig(**base, num_learnable_im_end=-2)

@@ -1,0 +1,256 @@
+"""The tiny model's curriculum: counting, two-digit addition/subtraction and list operations.
+
+What: three task families a few-million-parameter model can learn in about two
+CPU hours, each example a ``{"task", "op", "prompt", "answer", "final"}`` dict:
+
+* ``count``: "Count from A to B." / "Count down from B to A." with steps 1, 2, 5
+  or 10, 3 to 150 terms, starts 0..999; a third of the ranges are drawn to cross
+  a digit-length change (9 -> 10, 99 -> 100, 999 -> 1000), where parallel fills
+  go wrong first. The answer is the comma-separated listing.
+* ``addsub``: "What is A + B?" / "What is A - B?" with two-digit A, B (A >= B for
+  subtraction); the answer is one line "A + B = C" that ends in the number.
+* ``listops``: copy, reverse, sort, insert / remove / replace at a 1-based
+  position, on 3-6 distinct short names (every name is one token of the shipped
+  tokenizer); the answer is the resulting comma-separated list. This is the task
+  family of ParallelBench (arXiv 2510.04767), with our own names and wording.
+
+Split rule: every example has a key (the range for ``count``, the prompt
+otherwise). Keys whose stable hash (``synthetic.stable_hash``) falls in bucket 0
+of 20 are the TEST split, bucket 1 the VALIDATION split (for tuning decoding
+knobs), all others TRAIN. A generator never yields a key of another split, so
+the splits are disjoint by construction; "Count from 1 to 200." is pinned to
+train (it is the demo prompt).
+
+``python -m wedlm.data.curriculum --out data/curriculum`` writes ``train.jsonl``
+(chat records ``{"messages", "source"}``), ``val.jsonl`` and ``test.jsonl``
+(example dicts) atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from pathlib import Path
+from typing import Callable
+
+from .synthetic import stable_hash
+
+BUCKETS = 20
+SPLIT_BUCKET = {"test": 0, "val": 1}
+PINNED_TRAIN = frozenset({"count:1:200:1"})
+SPLITS = ("train", "val", "test")
+SEEDS = {"train": 4242, "val": 77, "test": 999_999}
+
+NAMES = ["Tom", "Anna", "Ben", "Mia", "Sam", "Lily", "Max", "Zoe", "Leo", "Emma",
+         "Jack", "Ivy", "Noah", "Ava", "Eli", "Ruby"]
+LIST_OPS = ("copy", "reverse", "sort", "insert", "remove", "replace")
+STEPS = (1, 1, 1, 1, 2, 5, 10)
+CROSSINGS = (10, 100, 1000)  # first value of a new digit length
+
+Example = dict
+
+
+def split_of(key: str) -> str:
+    """"train", "val" or "test" for an example key (see the module docstring)."""
+    if key in PINNED_TRAIN:
+        return "train"
+    bucket = stable_hash(key) % BUCKETS
+    for name, b in SPLIT_BUCKET.items():
+        if bucket == b:
+            return name
+    return "train"
+
+
+def _join(values) -> str:
+    return ", ".join(str(v) for v in values)
+
+
+# ------------------------------------------------------------------- count ---
+
+def count_range(rng: random.Random) -> tuple[int, int, int]:
+    """(low, high, step): values low, low+step, ..., high with 3..150 terms, 0 <= low, high <= 1100."""
+    if rng.random() < 0.04:
+        return 1, 200, 1
+    step = rng.choice(STEPS)
+    terms = rng.randint(3, 30) if rng.random() < 0.5 else rng.randint(3, 150)
+    terms = min(terms, 1100 // step + 1)
+    if rng.random() < 0.35:  # cross a digit-length change inside the range
+        low = max(0, rng.choice(CROSSINGS) - rng.randint(1, terms - 1) * step)
+    else:
+        low = rng.randint(0, 999)
+        if step > 1 and rng.random() < 0.7:
+            low -= low % step
+    high = low + (terms - 1) * step
+    if high > 1100:
+        low, high = low - (high - 1100), 1100
+    return low, high, step
+
+
+def gen_count(rng: random.Random) -> tuple[Example, str]:
+    """Counting up or down from a random range; the answer is the full listing."""
+    low, high, step = count_range(rng)
+    values = list(range(low, high + 1, step))
+    if (low, high, step) == (1, 200, 1):
+        return {"task": "count", "op": "up", "prompt": "Count from 1 to 200.", "answer": _join(values),
+                "final": None}, "count:1:200:1"
+    down = rng.random() < 0.3
+    suffix = "" if step == 1 else f" in steps of {step}"
+    if down:
+        values.reverse()
+        prompt = f"Count down from {high} to {low}{suffix}."
+    else:
+        prompt = f"Count from {low} to {high}{suffix}."
+    op = "down" if down else "up"
+    return ({"task": "count", "op": op, "prompt": prompt, "answer": _join(values), "final": None},
+            f"count:{low}:{high}:{step}" + (":down" if down else ""))
+
+
+# ------------------------------------------------------------------ addsub ---
+
+def gen_addsub(rng: random.Random) -> tuple[Example, str]:
+    """Two-digit addition or subtraction (non-negative result); answer "A op B = C"."""
+    a, b = rng.randint(10, 99), rng.randint(10, 99)
+    if rng.random() < 0.5:
+        op, c = "+", a + b
+    else:
+        a, b = max(a, b), min(a, b)
+        op, c = "-", a - b
+    prompt = f"What is {a} {op} {b}?"
+    return ({"task": "addsub", "op": "add" if op == "+" else "sub", "prompt": prompt,
+             "answer": f"{a} {op} {b} = {c}", "final": str(c)}, prompt)
+
+
+# ----------------------------------------------------------------- listops ---
+
+def apply_list_op(op: str, items: list[str], position: int | None = None, word: str | None = None) -> list[str]:
+    """The list after `op` (1-based `position` for insert/remove/replace).
+
+    Raises:
+        ValueError: an unknown op or a position outside the list.
+    """
+    if op == "copy":
+        return list(items)
+    if op == "reverse":
+        return items[::-1]
+    if op == "sort":
+        return sorted(items)
+    limit = len(items) + 1 if op == "insert" else len(items)
+    if position is None or not 1 <= position <= limit:
+        raise ValueError(f"position must be in [1, {limit}] for {op}, got {position}")
+    out = list(items)
+    if op == "insert":
+        out.insert(position - 1, word)
+    elif op == "remove":
+        del out[position - 1]
+    elif op == "replace":
+        out[position - 1] = word
+    else:
+        raise ValueError(f"unknown list op {op!r}; expected one of {LIST_OPS}")
+    return out
+
+
+def gen_listops(rng: random.Random, op: str | None = None) -> tuple[Example, str]:
+    """One list operation on 3-6 distinct names; answer is the resulting list."""
+    op = op or rng.choice(LIST_OPS)
+    names = rng.sample(NAMES, rng.randint(3, 6) + 1)
+    items, word = names[:-1], names[-1]
+    listing = _join(items)
+    position = None
+    if op == "copy":
+        prompt = f"Repeat the list: {listing}."
+    elif op == "reverse":
+        prompt = f"Reverse the list: {listing}."
+    elif op == "sort":
+        prompt = f"Sort the list: {listing}."
+    elif op == "insert":
+        position = rng.randint(1, len(items) + 1)
+        prompt = f"Insert {word} at position {position} of the list: {listing}."
+    elif op == "remove":
+        position = rng.randint(1, len(items))
+        prompt = f"Remove position {position} from the list: {listing}."
+    else:
+        position = rng.randint(1, len(items))
+        prompt = f"Replace position {position} with {word} in the list: {listing}."
+    answer = _join(apply_list_op(op, items, position, word))
+    return {"task": "listops", "op": op, "prompt": prompt, "answer": answer, "final": None}, prompt
+
+
+GENERATORS: dict[str, Callable[[random.Random], tuple[Example, str]]] = {
+    "count": gen_count, "addsub": gen_addsub, "listops": gen_listops,
+}
+TASKS = tuple(GENERATORS)
+
+
+def examples(task: str, n: int, split: str, seed: int | None = None) -> list[Example]:
+    """`n` examples of `task` from `split`, deterministic in (task, split, seed).
+
+    Raises:
+        ValueError: unknown task or split.
+    """
+    if task not in GENERATORS:
+        raise ValueError(f"unknown task {task!r}; expected one of {TASKS}")
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    rng = random.Random(f"{task}:{split}:{SEEDS[split] if seed is None else seed}")
+    out: list[Example] = []
+    while len(out) < n:
+        ex, key = GENERATORS[task](rng)
+        if split_of(key) == split:
+            out.append(ex)
+    return out
+
+
+def to_chat(ex: Example) -> dict:
+    """Chat SFT record of one example: user prompt, assistant answer."""
+    return {"messages": [{"role": "user", "content": ex["prompt"]},
+                         {"role": "assistant", "content": ex["answer"]}], "source": ex["task"]}
+
+
+# Train records per task: counting answers are ~20x longer than the others, so this mix is
+# roughly half counting, a quarter each arithmetic and list operations by answer tokens.
+TRAIN_RECORDS = {"count": 60_000, "addsub": 220_000, "listops": 220_000}
+EVAL_RECORDS = {"count": 200, "addsub": 200, "listops": 300}
+
+
+def write_jsonl(path: Path, records) -> int:
+    """Write one JSON object per line via a temp file and rename (never half-written)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    n = 0
+    with tmp.open("w", encoding="utf-8") as f:
+        for rec in records:
+            f.write(json.dumps(rec) + "\n")
+            n += 1
+    tmp.replace(path)
+    return n
+
+
+def build(out: Path, scale: float = 1.0, seed: int = SEEDS["train"]) -> dict:
+    """Write train.jsonl (shuffled chat records), val.jsonl and test.jsonl; returns counts."""
+    rng = random.Random(f"curriculum:{seed}")
+    train = [to_chat(ex) for task, n in TRAIN_RECORDS.items()
+             for ex in examples(task, max(1, int(n * scale)), "train", seed)]
+    rng.shuffle(train)
+    counts = {"train.jsonl": write_jsonl(out / "train.jsonl", train)}
+    for split in ("val", "test"):
+        recs = [ex for task, n in EVAL_RECORDS.items() for ex in examples(task, max(1, int(n * scale)), split)]
+        counts[f"{split}.jsonl"] = write_jsonl(out / f"{split}.jsonl", recs)
+    return counts
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of ``python -m wedlm.data.curriculum``."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=Path("data/curriculum"))
+    p.add_argument("--scale", type=float, default=1.0, help="multiply every record count")
+    p.add_argument("--seed", type=int, default=SEEDS["train"])
+    a = p.parse_args(argv)
+    if a.seed == SEEDS["test"]:
+        raise SystemExit("--seed 999999 is the test split's seed; pick another")
+    for name, n in build(a.out, a.scale, a.seed).items():
+        print(f"{a.out / name}: {n} records")
+
+
+if __name__ == "__main__":
+    main()
