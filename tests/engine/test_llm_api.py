@@ -46,9 +46,11 @@ def test_step_level_api_and_abort(llm):
     assert len(deltas) == 1 and isinstance(deltas[0], StreamDelta)
     assert deltas[0].request_id == "x1" and deltas[0].step_index == 0 and len(deltas[0].new_token_ids) == 1
     assert llm.metrics()["num_running"] == 1 and llm.metrics()["kv_blocks_used"] > 0
-    assert llm.abort("x1") is True and llm.abort("x1") is False
-    final = llm.step()
-    assert [(d.request_id, d.finished, d.finish_reason) for d in final] == [("x1", True, "abort")]
+    final = llm.abort("x1")
+    assert (final.request_id, final.finished, final.finish_reason) == ("x1", True, "abort")
+    assert (final.stats["prompt_tokens"], final.stats["decode_tokens"], final.stats["decode_forwards"]) == (3, 1, 1)
+    assert llm.abort("x1") is None
+    assert llm.step() == []  # the abort is reported once, by abort() itself
     assert not llm.has_unfinished()
     assert llm.metrics()["kv_blocks_free"] == before["kv_blocks_free"]
 
@@ -70,8 +72,7 @@ def test_add_request_errors_name_the_limit(make_llm):
     llm.add_request([1], GREEDY_AR, request_id="dup")
     with pytest.raises(ValueError, match="already in use"):
         llm.add_request([1], GREEDY_AR, request_id="dup")
-    llm.abort("dup")
-    llm.step()
+    assert llm.abort("dup").finish_reason == "abort"
     assert llm.metrics()["kv_blocks_free"] == llm.metrics()["kv_blocks_total"]
 
 

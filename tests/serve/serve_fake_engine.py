@@ -84,22 +84,29 @@ class FakeLLM:
         for req in list(self.running.values()):
             new = req.target[req.done:req.done + self.per_step]
             req.done += len(new)
+            req.step += 1
             finished = req.done >= len(req.target)
-            stats = None
             if finished:
                 del self.running[req.rid]
-                stats = {"prompt_tokens": len(req.prompt), "decode_tokens": len(req.target),
-                         "decode_forwards": req.step + 1, "fed_tokens": len(req.target) * 2,
-                         "tokens_per_forward": len(req.target) / (req.step + 1), "p_cache": 0.5,
-                         "prefix_cache_hit_tokens": 0, "ttft_s": 0.001}
             out.append(StreamDelta(req.rid, new, self.tokenizer.decode(new), finished,
-                                   "length" if finished else None, req.step, stats))
-            req.step += 1
+                                   "length" if finished else None, req.step - 1,
+                                   self.stats(req) if finished else None))
         return out
 
-    def abort(self, request_id: str) -> bool:
+    @staticmethod
+    def stats(req: _Req) -> dict:
+        """What the fake reports for a request: `step` forwards, two fed tokens per generated one."""
+        return {"prompt_tokens": len(req.prompt), "decode_tokens": req.done, "decode_forwards": req.step,
+                "fed_tokens": req.done * 2, "tokens_per_forward": req.done / req.step if req.step else 0.0,
+                "p_cache": 0.5, "prefix_cache_hit_tokens": 0, "ttft_s": 0.001}
+
+    def abort(self, request_id: str) -> StreamDelta | None:
+        """The request's final "abort" delta with its stats so far (None when unknown), as `LLM.abort`."""
         self._touch()
-        return self.running.pop(request_id, None) is not None
+        req = self.running.pop(request_id, None)
+        if req is None:
+            return None
+        return StreamDelta(req.rid, [], "", True, "abort", req.step, self.stats(req))
 
     def has_unfinished(self) -> bool:
         return bool(self.running)

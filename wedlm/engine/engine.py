@@ -21,7 +21,6 @@ import numbers
 import random
 import time
 
-from ..model import load_model
 from ..tokenizer import load_tokenizer, mask_token_id, stop_token_ids
 from .block_manager import BlockManager
 from .config import (EngineConfig, generation_defaults, resolve_device, resolve_max_model_len,
@@ -30,7 +29,8 @@ from .decoders import DECODER_CLASSES, Decoder, WindowPlan
 from .detokenizer import IncrementalDetokenizer
 from .outputs import StreamDelta
 from .request import Sequence
-from .runner import ForwardItem, ForwardOutput, ModelRunner
+from .parallel.build import load_engine_model, make_engine_runner
+from .runner import EngineDeadError, ForwardItem, ForwardOutput, ModelRunner
 from .sampling import make_generator
 from .sampling_params import SamplingParams
 from .scheduler import ScheduledSeq, Scheduler
@@ -49,7 +49,7 @@ class Engine:
         self.model_path = str(config.model)
         device = resolve_device(config.device)
         dtype = config.dtype or ("bfloat16" if device.type == "cuda" else "float32")
-        self.model = load_model(config.model, dtype=dtype, device=device)
+        self.model = load_engine_model(config, device, dtype)
         cfg = self.model.config
         try:
             self.tokenizer = load_tokenizer(config.model)
@@ -64,12 +64,11 @@ class Engine:
             self.max_model_len, 4 * self.window_size + 2)
         bytes_per_block = ModelRunner.kv_bytes_per_block(self.model, config.kv_block_size)
         num_blocks = resolve_num_blocks(config, self.max_model_len, bytes_per_block, device)
-        self.runner = ModelRunner(self.model, num_blocks, config.kv_block_size, config.fast_path)
+        self.runner = make_engine_runner(self.model, num_blocks, config, device, dtype)
         self.block_manager = BlockManager(num_blocks, config.kv_block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, self.max_num_batched_tokens)
         self.decoders: dict[str, Decoder] = {n: c(self.mask_token_id) for n, c in DECODER_CLASSES.items()}
         self.seqs: dict[str, Sequence] = {}
-        self._pending: list[StreamDelta] = []
         self._ids = itertools.count()
         self._rng = random.Random(config.seed)
 
@@ -159,28 +158,33 @@ class Engine:
             raise ValueError(f"request needs up to {need} KV blocks (prompt {n} + max_tokens "
                              f"{max_len - n}); the cache has num_kv_blocks={self.block_manager.num_blocks}")
 
-    def abort(self, request_id: str, report: bool = True) -> bool:
-        """Stop a request and free its blocks; False if unknown or finished.
+    def abort(self, request_id: str) -> StreamDelta | None:
+        """Stop a request and free its blocks.
 
-        With `report`, the next `step()` returns its final "abort" delta.
+        Returns:
+            its final delta (finish_reason "abort", `stats` with the prompt tokens,
+            generated tokens and forwards it used so far), or None when the id is
+            unknown or already finished. This is the only report of the abort:
+            `step()` does not repeat it.
         """
         seq = self.seqs.pop(str(request_id), None)
         if seq is None:
-            return False
+            return None
         self.scheduler.finish(seq)
-        delta = self._final_delta(seq, [], "abort")
-        if report:
-            self._pending.append(delta)
-        return True
+        return self._final_delta(seq, [], "abort")
 
     def has_unfinished(self) -> bool:
-        return bool(self.seqs) or bool(self._pending)
+        return bool(self.seqs)
 
     # ---- the step ---------------------------------------------------------------
 
     def step(self) -> list[StreamDelta]:
-        """One batched forward; one delta per request that committed tokens or finished."""
-        deltas, self._pending = self._pending, []
+        """One batched forward; one delta per request that committed tokens or finished.
+
+        Raises:
+            EngineDeadError: a tensor-parallel rank died or failed; the engine is unusable.
+        """
+        deltas: list[StreamDelta] = []
         out = self.scheduler.schedule()
         for seq in out.refused:
             deltas.append(self._fail(seq, f"request needs more KV blocks than the cache has free "
@@ -192,6 +196,8 @@ class Engine:
         items = [self._forward_item(s, p) for s, p in zip(out.scheduled, plans)]
         try:
             results = self.runner.run(items)
+        except EngineDeadError:  # a tensor-parallel rank is gone: no request can run any more
+            raise
         except Exception as err:  # a failed forward fails its requests, never the engine
             return deltas + [self._fail(s.seq, f"forward failed: {err}") for s in out.scheduled]
         now = time.perf_counter()
@@ -289,6 +295,10 @@ class Engine:
         self.seqs.pop(seq.request_id, None)
         self.scheduler.finish(seq)
         return self._final_delta(seq, [], "abort")
+
+    def close(self) -> None:
+        """Stop the tensor-parallel workers, if any (idempotent; also done when collected)."""
+        self.runner.close()
 
     # ---- introspection ----------------------------------------------------------
 

@@ -32,11 +32,17 @@ class LLM:
         device, dtype: e.g. "cuda", "bfloat16"; None = cuda+bf16 when available, else cpu+fp32.
         num_kv_blocks, max_num_batched_tokens, enable_prefix_caching,
         gpu_memory_utilization, seed: see `EngineConfig`.
-        tensor_parallel_size, enforce_eager: accepted for compatibility with the
-            official package; only tensor_parallel_size=1 is supported.
+        tensor_parallel_size: split the weights across this many ranks
+            (`wedlm.engine.parallel`; ranks 1..N-1 are child processes that live as
+            long as this object: `close()`, `with LLM(...) as llm:`, garbage
+            collection or interpreter exit stop them).
+        enforce_eager: accepted for compatibility with the official package.
 
     Raises:
-        ValueError: a bad setting, naming it; loader errors for a bad folder.
+        ValueError: a bad setting, naming it (a tensor_parallel_size that does not
+            divide the model's heads, intermediate size or vocabulary names both
+            numbers, before any process starts); loader errors for a bad folder;
+            RuntimeError when a tensor-parallel rank fails to start.
     """
 
     def __init__(self, model: str, wedlm_window_size: int | None = None, max_model_len: int | None = None,
@@ -45,14 +51,22 @@ class LLM:
                  max_num_batched_tokens: int | None = None, enable_prefix_caching: bool = True,
                  gpu_memory_utilization: float = 0.9, seed: int = 0, tensor_parallel_size: int = 1,
                  enforce_eager: bool = True) -> None:
-        if tensor_parallel_size != 1:
-            raise ValueError(f"tensor_parallel_size must be 1, got {tensor_parallel_size}")
         self.engine = Engine(EngineConfig(
             model=str(model), window_size=wedlm_window_size, max_model_len=max_model_len,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             kv_block_size=kv_block_size, num_kv_blocks=num_kv_blocks, device=device, dtype=dtype,
             enable_prefix_caching=enable_prefix_caching, gpu_memory_utilization=gpu_memory_utilization,
-            seed=seed))
+            seed=seed, tensor_parallel_size=tensor_parallel_size))
+
+    def close(self) -> None:
+        """Stop the tensor-parallel worker processes, if any (idempotent)."""
+        self.engine.close()
+
+    def __enter__(self) -> "LLM":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     @property
     def tokenizer(self):
@@ -78,8 +92,12 @@ class LLM:
         """Run one engine step (one batched forward); one delta per request that progressed."""
         return self.engine.step()
 
-    def abort(self, request_id: str) -> bool:
-        """Abort a request and free its KV blocks; False if it is unknown or already finished."""
+    def abort(self, request_id: str) -> StreamDelta | None:
+        """Abort a request and free its KV blocks.
+
+        Returns its final delta (finish_reason "abort", with the request's stats so far),
+        or None if it is unknown or already finished; `step()` does not report it again.
+        """
         return self.engine.abort(request_id)
 
     def has_unfinished(self) -> bool:
@@ -149,7 +167,7 @@ class LLM:
                            "step_index": d.step_index, "stats": d.stats}
         finally:
             for rid in open_ids:
-                self.engine.abort(rid, report=False)
+                self.engine.abort(rid)
 
     def _add_all(self, prompts: list, params: list[SamplingParams], stream: bool) -> list[str]:
         """Queue all requests, or none: a bad one aborts those already added and re-raises."""
@@ -159,7 +177,7 @@ class LLM:
                 ids.append(self.engine.add_request(prompt, p, stream=stream))
         except Exception:
             for rid in ids:
-                self.engine.abort(rid, report=False)
+                self.engine.abort(rid)
             raise
         return ids
 

@@ -6,9 +6,12 @@ per-step `StreamDelta`s back through a `sink` callback (the server wraps it with
 `loop.call_soon_threadsafe` onto a per-request asyncio queue). When no request is
 running, the thread blocks on the command queue, so an idle server burns no CPU.
 
-Abort is acknowledged by the loop itself: once `LLM.abort` returns, the request's sink
-gets one final delta with `finish_reason="abort"` and is dropped, whatever the engine
-emits later for that id.
+There is one abort path: `LLM.abort` returns the request's final "abort" `StreamDelta`,
+stats included (prompt tokens, generated tokens and forwards used until then), and the
+loop hands exactly that delta to the request's sink and to `on_finished`, so an aborted,
+disconnected or failed request is counted once like a finished one. Only when the engine
+no longer knows the request (it lost it, or the engine itself is broken) does the loop
+make the final delta itself, without stats.
 """
 
 from __future__ import annotations
@@ -19,26 +22,14 @@ import queue
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any, Callable
+
+from ..engine.outputs import StreamDelta
 
 log = logging.getLogger(__name__)
 
 Sink = Callable[[Any], None]
-
-
-@dataclass(slots=True)
-class LoopDelta:
-    """A delta the loop makes itself (abort, engine failure); same fields as `StreamDelta`."""
-
-    request_id: str
-    new_token_ids: list[int] = field(default_factory=list)
-    new_text: str = ""
-    finished: bool = True
-    finish_reason: str | None = "abort"
-    step_index: int = -1
-    stats: dict | None = None
-    error: str | None = None
 
 
 @dataclass(slots=True)
@@ -192,15 +183,20 @@ class EngineLoop:
 
     def _abort(self, request_id: str, error: str | None) -> None:
         sink = self._sinks.pop(request_id, None)
+        delta = None
         try:
-            self.llm.abort(request_id)
+            delta = self.llm.abort(request_id)
         except Exception:
             log.exception("abort of %s failed", request_id)
-        if sink is not None:
-            delta = LoopDelta(request_id=request_id, error=error)
-            if self.on_finished is not None:
-                self._safe(self.on_finished, delta)
-            self._safe(sink, delta)
+        if sink is None:
+            return
+        if not isinstance(delta, StreamDelta):  # the engine lost the request: nothing to count
+            delta = StreamDelta(request_id, [], "", True, "abort", -1)
+        if error is not None:
+            delta = replace(delta, error=error)
+        if self.on_finished is not None:
+            self._safe(self.on_finished, delta)
+        self._safe(sink, delta)
 
     def _abort_all(self, error: str) -> None:
         for request_id in list(self._sinks):
