@@ -1,14 +1,16 @@
-"""Held-out evaluation of the shipped tiny WeDLM, AR vs WeDLM decoding (numbers for its model card).
+"""Held-out evaluation of the shipped tiny WeDLM: AR vs WeDLM vs verified, and the mask probe.
 
     python recipes/eval_wedlm_tiny.py --model models/wedlm-tiny --out runs/wedlm-tiny/eval
 
-What it measures, every item from seeds/files never used in training:
-1. code perplexity on held-out CPython stdlib chunks (data/eval/code_heldout.jsonl);
-2. `wedlm eval` on the held-out synthetic suites (counting exact match, arithmetic and
-   equation final-answer accuracy) with AR and WeDLM decoding: tokens per forward, p_cache;
-3. the paper's demo prompt "Count from 1 to 200." (exact match, tokens per forward);
-4. open-ended code completion of held-out stdlib prefixes (tokens per forward, p_cache).
-Writes one JSON per part into --out and prints a markdown table (summary.json has it all).
+Every item comes from the curriculum's TEST split (never trained on, never tuned on), decoded
+greedily with the model's own generation_config.json defaults:
+1. per task and per operation: accuracy, share of answers that stopped on an end token,
+   tokens per forward and p_cache for `ar`, `wedlm` and `verified` (verified must equal ar;
+   the number of items where its text differs is reported);
+2. "Count from 1 to 200." exact under `wedlm` and `verified` at the default window and at W=32;
+3. the mask probe (wedlm/evaluate/mask_probe.py): teacher-forced accuracy by slot distance and
+   the calibration of accepted fills, per task, with two plots written next to summary.json.
+Writes summary.json (everything) and prints the markdown tables the model card embeds.
 """
 
 from __future__ import annotations
@@ -21,105 +23,155 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from recipes import curriculum_suite as suite  # noqa: E402
 
-def generate_stats(llm, prompts: list[str], max_tokens: int, decoding: str, tau: float, lam: float) -> tuple[list, dict]:
-    """Generate chat prompts; returns (texts, summed stats: tokens, forwards, tokens_per_forward, p_cache)."""
-    from wedlm import SamplingParams
+DECODINGS = ("ar", "wedlm", "verified")
 
-    tok = llm.tokenizer
-    ids = [tok(tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
-                                       add_generation_prompt=True), add_special_tokens=False)["input_ids"]
-           for p in prompts]
-    params = SamplingParams(max_tokens=max_tokens, temperature=0, decoding=decoding,
-                            wedlm_entropy_threshold=tau, wedlm_pos_penalty_factor=lam)
-    outs = llm.generate(ids, params)
-    from wedlm.evaluate.metrics import aggregate
 
-    return [o["text"] for o in outs], aggregate([o["stats"] for o in outs], 1.0)
+def defaults(model: str) -> dict:
+    """W, tau, lambda from the model's generation_config.json."""
+    gen = json.loads((Path(model) / "generation_config.json").read_text())
+    return {"window": gen["wedlm_window_size"], "tau": gen["wedlm_entropy_threshold"],
+            "lam": gen["wedlm_pos_penalty_factor"]}
+
+
+def count200(model: str, window: int, tau: float, lam: float) -> dict:
+    """"Count from 1 to 200." with wedlm and verified at one window size."""
+    from wedlm import LLM
+
+    llm = LLM(model=model, wedlm_window_size=window)
+    ex = {"task": "count", "op": "up", "prompt": "Count from 1 to 200.",
+          "answer": ", ".join(str(i) for i in range(1, 201)), "final": None}
+    out = {}
+    for decoding in ("ar", "wedlm", "verified"):
+        r = suite.run(llm, [ex], decoding, tau, lam)[0]
+        out[decoding] = {"exact": r["right"], "stopped": r["stopped"], "tokens": r["decode_tokens"],
+                         "forwards": r["decode_forwards"],
+                         "tokens_per_forward": r["decode_tokens"] / max(1, r["decode_forwards"]),
+                         "wall_s": r["wall_s"], "tail": r["text"][-30:]}
+    return out
+
+
+def mask_probe(model: str, n: dict, d: dict) -> dict:
+    from wedlm.evaluate.mask_probe import probe
+    from wedlm.model import load_model
+    from wedlm.tokenizer import load_tokenizer
+
+    m, tok = load_model(model, dtype="float32").eval(), load_tokenizer(model)
+    out = {}
+    for task, k in n.items():
+        exs = suite.items("test", {task: k})
+        out[task] = probe(m, tok, [(e["prompt"], e["answer"]) for e in exs], d["window"], d["tau"], d["lam"])
+    return out
+
+
+def plots(summary: dict, out: Path) -> list[str]:
+    """slot_accuracy.png and calibration.png from the probe; returns the file names."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    probe_res = summary["mask_probe"]
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for task, r in probe_res.items():
+        acc = [a if a is not None else float("nan") for a in r["slot_accuracy"]]
+        ax.plot(range(len(acc)), acc, marker="o", label=f"{task} (AR head {r['ar_accuracy']:.3f})")
+    ax.set_xlabel("slot distance from the committed prefix")
+    ax.set_ylabel("argmax accuracy (teacher-forced)")
+    ax.set_title("Mask prediction accuracy by slot distance (test split)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "slot_accuracy.png", dpi=120)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    width = 0.8 / max(1, len(probe_res))
+    for i, (task, r) in enumerate(probe_res.items()):
+        xs, ys, labels = [], [], []
+        for j, b in enumerate(r["buckets"]):
+            if b["accepted"]:
+                xs.append(j + i * width)
+                ys.append(b["share_right"])
+                labels.append(b["accepted"])
+        bars = ax.bar(xs, ys, width=width, label=task)
+        for bar, n_acc in zip(bars, labels):
+            ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), str(n_acc), ha="center",
+                    va="bottom", fontsize=6)
+    edges = [f"[{b['entropy_from']:g}, {b['entropy_to']:g})" for b in next(iter(probe_res.values()))["buckets"]]
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(edges))], edges, fontsize=7, rotation=20)
+    ax.set_ylim(min(0.5, ax.get_ylim()[0]), 1.02)
+    ax.set_xlabel("entropy of the accepted fill (nats)")
+    ax.set_ylabel("share of accepted fills that are right")
+    ax.set_title(f"Calibration of accepted fills (tau={summary['tau']}, lambda={summary['lambda']})")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "calibration.png", dpi=120)
+    plt.close(fig)
+    return ["slot_accuracy.png", "calibration.png"]
+
+
+def markdown(s: dict) -> str:
+    """Per task/op table (AR / wedlm / verified) and the count-200 rows."""
+    rows = ["| task | n | AR acc | AR stopped | WeDLM acc | WeDLM stopped | WeDLM tokens/fwd | WeDLM p_cache | "
+            "verified acc | verified tokens/fwd |", "|---|---|---|---|---|---|---|---|---|---|"]
+    by = {d: s["tasks"][d] for d in DECODINGS}
+    for key in by["ar"]:
+        a, w, v = by["ar"][key], by["wedlm"][key], by["verified"][key]
+        rows.append(f"| {key} | {a['n']} | {100 * a['accuracy']:.1f}% | {100 * a['stopped']:.0f}% | "
+                    f"{100 * w['accuracy']:.1f}% | {100 * w['stopped']:.0f}% | {w['tokens_per_forward']:.2f} | "
+                    f"{w['p_cache']:.2f} | {100 * v['accuracy']:.1f}% | {v['tokens_per_forward']:.2f} |")
+    lines = ["\n".join(rows), "",
+             "| \"Count from 1 to 200.\" | W | exact | stopped | tokens | forwards | tokens/forward |",
+             "|---|---|---|---|---|---|---|"]
+    for w_key, res in s["count200"].items():
+        for d in DECODINGS:
+            r = res[d]
+            lines.append(f"| {d} | {w_key} | {r['exact']} | {r['stopped']} | {r['tokens']} | {r['forwards']} | "
+                         f"{r['tokens_per_forward']:.2f} |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default=str(REPO / "models" / "wedlm-tiny"))
     p.add_argument("--out", default=str(REPO / "runs" / "wedlm-tiny" / "eval"))
-    p.add_argument("--limit", type=int, default=50, help="items per synthetic task")
-    p.add_argument("--tau", type=float, default=None, help="default: generation_config.json's")
-    p.add_argument("--lam", type=float, default=None)
-    p.add_argument("--window", type=int, default=None)
-    p.add_argument("--code-items", type=int, default=16)
-    p.add_argument("--skip", default="", help="comma list of parts to skip: ppl,tasks,count200,code")
+    p.add_argument("--n-count", type=int, default=100)
+    p.add_argument("--n-addsub", type=int, default=200)
+    p.add_argument("--n-listops", type=int, default=300)
+    p.add_argument("--probe-items", type=int, default=40, help="test items per task for the mask probe")
+    p.add_argument("--skip", default="", help="comma list of parts to skip: tasks,count200,probe")
     args = p.parse_args(argv)
+    from wedlm import LLM
+
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    gen_file = Path(args.model) / "generation_config.json"
-    gen = json.loads(gen_file.read_text()) if gen_file.is_file() else {}
-    tau = gen.get("wedlm_entropy_threshold", 0.4) if args.tau is None else args.tau
-    lam = gen.get("wedlm_pos_penalty_factor", 0.02) if args.lam is None else args.lam
-    window = gen.get("wedlm_window_size", 16) if args.window is None else args.window
+    d = defaults(args.model)
     skip = set(args.skip.split(","))
-    summary = {"model": args.model, "tau": tau, "lambda": lam, "window": window}
-
-    if "ppl" not in skip:
-        from wedlm.train.perplexity import perplexity
-        summary["code_ppl"] = perplexity(args.model, REPO / "data" / "eval" / "code_heldout.jsonl")
-        print("code ppl", summary["code_ppl"], flush=True)
-
+    summary = {"model": args.model, "tau": d["tau"], "lambda": d["lam"], "window": d["window"]}
     if "tasks" not in skip:
-        from wedlm.cli.main import main as cli
-        for decoding in ("ar", "wedlm"):
-            path = out / f"tasks_{decoding}.json"
-            cli(["eval", "--model", args.model, "--tasks", "counting,arithmetic,equation", "--limit",
-                 str(args.limit), "--decoding", decoding, "--threshold", str(tau), "--penalty", str(lam),
-                 "--window-size", str(window), "--out", str(path)])
-            summary[f"tasks_{decoding}"] = [
-                {k: r[k] for k in ("task", "n", "accuracy")} | {
-                    "tokens_per_forward": r["metrics"]["tokens_per_forward"], "p_cache": r["metrics"]["p_cache"]}
-                for r in json.loads(path.read_text())["results"]]
-
-    from wedlm import LLM
-    llm = LLM(model=args.model, wedlm_window_size=window)
+        exs = suite.items("test", {"count": args.n_count, "addsub": args.n_addsub, "listops": args.n_listops})
+        llm = LLM(model=args.model)
+        recs = {dec: suite.run(llm, exs, dec, d["tau"], d["lam"]) for dec in DECODINGS}
+        summary["tasks"] = {dec: suite.table(r, "task/op") for dec, r in recs.items()}
+        summary["tasks_total"] = {dec: suite.table(r, "task") for dec, r in recs.items()}
+        summary["verified_differs_from_ar"] = sum(a["text"] != v["text"] for a, v in zip(recs["ar"], recs["verified"]))
+        (out / "generations.json").write_text(json.dumps(
+            [{"prompt": e["prompt"], "answer": e["answer"], **{dec: recs[dec][i]["text"] for dec in DECODINGS}}
+             for i, e in enumerate(exs)], indent=0) + "\n")
+        print(json.dumps(summary["tasks_total"], indent=1), flush=True)
     if "count200" not in skip:
-        gold = ", ".join(str(i) for i in range(1, 201))
-        for decoding in ("ar", "wedlm"):
-            texts, stats = generate_stats(llm, ["Count from 1 to 200."], 1024, decoding, tau, lam)
-            summary[f"count200_{decoding}"] = {"exact": texts[0].strip() == gold, **stats,
-                                               "text_tail": texts[0][-60:]}
-            print("count 1..200", decoding, summary[f"count200_{decoding}"], flush=True)
-
-    if "code" not in skip:
-        from wedlm.train.data import read_jsonl
-        chunks = read_jsonl(REPO / "data" / "eval" / "code_heldout.jsonl", args.code_items)
-        prompts = ["Complete this Python code:\n" + c["text"][:600] for c in chunks]
-        for decoding in ("ar", "wedlm"):
-            _, stats = generate_stats(llm, prompts, 128, decoding, tau, lam)
-            summary[f"code_{decoding}"] = stats
-            print("code completion", decoding, stats, flush=True)
-
+        summary["count200"] = {f"W={w}": count200(args.model, w, d["tau"], d["lam"])
+                               for w in sorted({d["window"], 32})}
+        print(json.dumps(summary["count200"], indent=1), flush=True)
+    if "probe" not in skip:
+        n = {t: args.probe_items for t in ("count", "addsub", "listops")}
+        summary["mask_probe"] = mask_probe(args.model, n, d)
+        summary["plots"] = plots(summary, out)
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    print(markdown(summary))
+    if "tasks" in summary and "count200" in summary:
+        print(markdown(summary))
     return 0
-
-
-def markdown(s: dict) -> str:
-    """The model card's evaluation table."""
-    rows = ["| task | metric | AR | WeDLM | WeDLM tokens/forward | WeDLM p_cache |", "|---|---|---|---|---|---|"]
-    by = {d: {r["task"]: r for r in s.get(f"tasks_{d}", [])} for d in ("ar", "wedlm")}
-    for task in by["wedlm"]:
-        a, w = by["ar"].get(task, {}), by["wedlm"][task]
-        metric = "exact match" if task == "counting" else "final-answer accuracy"
-        rows.append(f"| {task} (n={w['n']}) | {metric} | {100 * a.get('accuracy', 0):.1f}% | "
-                    f"{100 * w['accuracy']:.1f}% | {w['tokens_per_forward']:.2f} | {w['p_cache']:.2f} |")
-    for d in ("count200",):
-        if f"{d}_wedlm" in s:
-            a, w = s[f"{d}_ar"], s[f"{d}_wedlm"]
-            rows.append(f"| \"Count from 1 to 200.\" | exact match | {a['exact']} | {w['exact']} | "
-                        f"{w['tokens_per_forward']:.2f} | {w['p_cache']:.2f} |")
-    if "code_wedlm" in s:
-        w = s["code_wedlm"]
-        ppl = s.get("code_ppl", {}).get("ppl", float("nan"))
-        rows.append(f"| held-out stdlib code | perplexity (teacher-forced) / completion | ppl {ppl:.2f} | "
-                    f"ppl {ppl:.2f} | {w['tokens_per_forward']:.2f} | {w['p_cache']:.2f} |")
-    return "\n".join(rows)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,12 @@
-"""Grid-search the tiny model's WeDLM decoding defaults (window W, tau, lambda) on held-out items.
+"""Tune the tiny model's WeDLM decoding defaults (window W, tau, lambda) on the VALIDATION split.
 
-    python recipes/tune_decoding.py --model models/wedlm-tiny --out runs/wedlm-tiny/tune.json
+    python recipes/tune_decoding.py --model models/wedlm-tiny --out runs/wedlm-tiny/tune.json --write
 
-For each setting: "Count from 1 to 200." (exact, tokens/forward), a held-out counting subset
-(exact match) and an arithmetic subset (final-answer accuracy), all with WeDLM decoding; the AR
-accuracy on the same subsets is the reference. The pick: the fastest setting on arithmetic whose
-accuracy is within 2 points of AR and whose counting stays exact as often as AR's; printed and
-saved, to be written into generation_config.json by `python -m wedlm.train.export`.
+Every setting decodes the same validation items (curriculum split "val": disjoint from training
+and from the test split the model card reports) with `wedlm`; `ar` on the same items is the
+reference. The pick: among settings whose accuracy on every task is at least AR's minus
+`--slack` (default 0.5 points), the one with the most tokens per forward over all items (ties:
+the lower tau). With --write it goes into the model's generation_config.json (atomically).
 """
 
 from __future__ import annotations
@@ -14,60 +14,64 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from recipes import curriculum_suite as suite  # noqa: E402
 
-def run_setting(llm, tasks, decoding, window, tau, lam) -> dict:
-    from wedlm.evaluate.runner import DecodeConfig, evaluate_task
 
-    cfg = DecodeConfig(decoding=decoding, tau=tau, lam=lam, window_size=window)
-    out = {"decoding": decoding, "window": window, "tau": tau, "lambda": lam}
-    for task in tasks:
-        r = evaluate_task(llm, task, cfg, "chat", batch_size=8, progress=False)
-        out[task.name] = {"accuracy": r["accuracy"], "tokens_per_forward": r["metrics"]["tokens_per_forward"],
-                          "p_cache": r["metrics"]["p_cache"]}
-    return out
+def summarize(recs: list[dict]) -> dict:
+    toks = sum(r["decode_tokens"] for r in recs)
+    fwd = sum(r["decode_forwards"] for r in recs)
+    return {"tasks": suite.table(recs, "task"), "tokens_per_forward": toks / max(1, fwd)}
 
 
 def main(argv: list[str] | None = None) -> int:
     from wedlm import LLM
-    from wedlm.evaluate.synthetic import synthetic_task
-    from wedlm.evaluate.tasks import EvalTask, chat_item
-    from wedlm.evaluate.synthetic import score_listing
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default=str(REPO / "models" / "wedlm-tiny"))
     p.add_argument("--out", default=str(REPO / "runs" / "wedlm-tiny" / "tune.json"))
-    p.add_argument("--windows", default="16,32")
-    p.add_argument("--taus", default="0.3,0.5,0.7")
-    p.add_argument("--lams", default="0.02")
-    p.add_argument("--n", type=int, default=24, help="items per task subset")
+    p.add_argument("--windows", default="16")
+    p.add_argument("--taus", default="0.1,0.2,0.3,0.4,0.6")
+    p.add_argument("--lams", default="0,0.02,0.05")
+    p.add_argument("--n", default="count=60,addsub=100,listops=120", help="validation items per task")
+    p.add_argument("--slack", type=float, default=0.005, help="allowed accuracy loss vs AR per task")
+    p.add_argument("--write", action="store_true", help="write the pick into generation_config.json")
     args = p.parse_args(argv)
-    gold = ", ".join(str(i) for i in range(1, 201))
-    count200 = EvalTask(name="count200", items=[chat_item("count200", "Count from 1 to 200.", gold)],
-                        score=score_listing, max_tokens=1024, kind="low-entropy")
-    tasks = [count200, synthetic_task("counting", args.n), synthetic_task("arithmetic", args.n)]
-    llm = LLM(model=args.model)
-    ar = run_setting(llm, tasks, "ar", None, 0.0, 0.0)
-    print(json.dumps(ar), flush=True)
-    results = []
+    n = {k: int(v) for k, v in (kv.split("=") for kv in args.n.split(","))}
+    exs = suite.items("val", n)
+    llms = {}
+    ar = summarize(suite.run(llms.setdefault(16, LLM(model=args.model, wedlm_window_size=16)), exs, "ar", 0, 0))
+    print("ar", json.dumps(ar), flush=True)
+    grid = []
     for w, tau, lam in itertools.product(*(map(float, s.split(",")) for s in (args.windows, args.taus, args.lams))):
-        r = run_setting(llm, tasks, "wedlm", int(w), tau, lam)
-        results.append(r)
-        print(json.dumps(r), flush=True)
-    ok = [r for r in results if r["arithmetic"]["accuracy"] >= ar["arithmetic"]["accuracy"] - 0.02
-          and r["counting"]["accuracy"] >= ar["counting"]["accuracy"] - 0.02]
-    pool = ok or results
-    best = max(pool, key=lambda r: (r["count200"]["accuracy"], r["arithmetic"]["tokens_per_forward"]
-                                    + r["counting"]["tokens_per_forward"] / 4))
+        llm = llms.get(int(w)) or llms.setdefault(int(w), LLM(model=args.model, wedlm_window_size=int(w)))
+        r = {"window": int(w), "tau": tau, "lambda": lam, **summarize(suite.run(llm, exs, "wedlm", tau, lam))}
+        r["ok"] = all(r["tasks"][t]["accuracy"] >= ar["tasks"][t]["accuracy"] - args.slack for t in n)
+        grid.append(r)
+        print(json.dumps({k: r[k] for k in ("window", "tau", "lambda", "tokens_per_forward", "ok")}),
+              {t: round(r["tasks"][t]["accuracy"], 3) for t in n}, flush=True)
+    ok = [r for r in grid if r["ok"]]
+    best = max(ok, key=lambda r: (r["tokens_per_forward"], -r["tau"])) if ok else None
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"ar": ar, "grid": results, "best": best}, indent=1) + "\n")
-    print("best:", json.dumps(best))
-    return 0
+    Path(args.out).write_text(json.dumps({"split": "val", "n": n, "slack": args.slack, "ar": ar, "grid": grid,
+                                          "best": best}, indent=1) + "\n")
+    print("best:", json.dumps(best and {k: best[k] for k in ("window", "tau", "lambda", "tokens_per_forward")}))
+    if args.write and best is not None:
+        path = Path(args.model) / "generation_config.json"
+        gen = json.loads(path.read_text())
+        gen.update(wedlm_window_size=best["window"], wedlm_entropy_threshold=best["tau"],
+                   wedlm_pos_penalty_factor=best["lambda"])
+        tmp = path.with_name(".generation_config.json.tmp")
+        tmp.write_text(json.dumps(gen, indent=2) + "\n")
+        os.replace(tmp, path)
+        print(f"wrote {path}")
+    return 0 if best is not None else 1
 
 
 if __name__ == "__main__":

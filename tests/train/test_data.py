@@ -45,3 +45,17 @@ def test_config_validates_new_knobs(tmp_path):
         TrainConfig(**base, loss_mix="avg")
     with pytest.raises(ValueError, match="num_learnable_im_end"):
         TrainConfig(**base, num_learnable_im_end=-2)
+
+
+def test_precision_auto_follows_the_cpu():
+    from wedlm.hardware import cpu_flags, training_precision
+
+    amx = cpu_flags("processor: 0\nflags\t\t: fpu sse avx2 amx_bf16 amx_tile\n")
+    assert "amx_bf16" in amx
+    assert training_precision("auto", cuda=False, flags=amx) == "bf16"
+    assert training_precision("auto", cuda=False, flags={"avx2", "fma"}) == "no"
+    assert training_precision("auto", cuda=False, flags={"avx512_bf16"}) == "bf16"
+    assert training_precision("auto", cuda=True, flags=set()) == "bf16"
+    assert training_precision("no", cuda=True, flags=amx) == "no"
+    with pytest.raises(ValueError, match="mixed_precision"):
+        training_precision("fp16", cuda=False)

@@ -11,16 +11,7 @@ import platform
 import subprocess
 from pathlib import Path
 
-
-def cpu_model() -> str:
-    """CPU model name from /proc/cpuinfo (Linux) or `platform.processor()`."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+from wedlm.hardware import cpu_model  # noqa: F401  (re-exported: bench reports name the CPU)
 
 
 def git_commit(root: Path | None = None) -> str | None:

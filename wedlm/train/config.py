@@ -59,12 +59,14 @@ class TrainConfig:
     stop_after_steps: int | None = None  # checkpoint and exit after this many steps in this invocation
     attention: str = "chunked"
     chunk: int = 256
-    mixed_precision: str = "no"  # "bf16" on GPU
+    mixed_precision: str = "auto"  # auto: bf16 on CUDA and on CPUs with bf16 units (AMX/AVX512-BF16), else fp32
     num_threads: int | None = None  # torch CPU threads per process
 
     def __post_init__(self) -> None:
         if self.stage not in STAGES:
             raise ValueError(f"stage must be one of {STAGES}, got {self.stage!r}")
+        if self.mixed_precision not in ("auto", "bf16", "no"):
+            raise ValueError(f"mixed_precision must be 'auto', 'bf16' or 'no', got {self.mixed_precision!r}")
         if self.loss_mix not in ("sum", "mean"):
             raise ValueError(f"loss_mix must be 'sum' or 'mean', got {self.loss_mix!r}")
         if self.num_learnable_im_end < 0:

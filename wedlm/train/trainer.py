@@ -28,6 +28,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from wedlm.hardware import cpu_model, training_precision
 from wedlm.model import DenseAttention, ModelConfig, QwenForCausalLM, load_model, save_model
 from wedlm.tokenizer import load_tokenizer
 
@@ -177,7 +178,10 @@ def train(cfg: TrainConfig) -> Path:
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     cpu = not torch.cuda.is_available()
-    accelerator = Accelerator(cpu=cpu, mixed_precision="no" if cpu else cfg.mixed_precision)
+    precision = training_precision(cfg.mixed_precision, cuda=not cpu)
+    accelerator = Accelerator(cpu=cpu, mixed_precision=precision)
+    accelerator.print(f"precision: {'bf16 autocast' if precision == 'bf16' else 'fp32'} on "
+                      f"{'CUDA' if not cpu else 'CPU ' + cpu_model()}")
     set_seed(cfg.seed)
     tokenizer = load_tokenizer(cfg.tokenizer)
     docs = load_docs(cfg, tokenizer, accelerator.is_main_process, accelerator)
@@ -202,7 +206,9 @@ def train(cfg: TrainConfig) -> Path:
         accelerator.print(f"resumed from {latest} at step {state['step']}")
     if accelerator.is_main_process:
         cfg.run_dir.mkdir(parents=True, exist_ok=True)
-        (cfg.run_dir / "train_config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+        (cfg.run_dir / "train_config.json").write_text(json.dumps(
+            {**cfg.to_dict(), "precision_ran": precision, "cpu": cpu_model() if cpu else None}, indent=2))
+    state["precision"] = precision
     run_loop(cfg, accelerator, model, optimizer, packer, mask_id, ckpts, state)
     if stage_done(cfg, state):
         save_final(cfg, accelerator, model, model_config, state)
@@ -294,7 +300,8 @@ def save_final(cfg, accelerator, model, model_config, state) -> None:
         unwrapped = accelerator.unwrap_model(model)
         extra = {"wedlm_training": {"stage": cfg.stage, "steps": state["step"], "tokens": state["tokens"],
                                     "elapsed_s": round(state["elapsed_s"]),
-                                    "ended_by": state.get("ended_by", "steps")}}
+                                    "ended_by": state.get("ended_by", "steps"),
+                                    "precision": state.get("precision", "no")}}
         save_model(unwrapped, final, extra)
         for name in TOKENIZER_FILES:
             src = Path(cfg.tokenizer) / name
