@@ -42,6 +42,8 @@ class EngineConfig:
         gpu_memory_utilization: fraction of free GPU memory the KV cache may take.
         seed: seeds the per-request RNGs of requests without their own seed.
         fast_path: fused RMSNorm / QKV / gate-up modules (same logits, fewer ops).
+        tensor_parallel_size: ranks the weights are split across (`wedlm.engine.parallel`);
+            rank r runs on cuda:r (from `device`'s index) or on the CPU.
     """
 
     model: str
@@ -57,12 +59,13 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.9
     seed: int = 0
     fast_path: bool = True
+    tensor_parallel_size: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("max_num_seqs", "kv_block_size", "window_size", "max_model_len", "max_num_batched_tokens",
-                     "num_kv_blocks"):
+        required = ("max_num_seqs", "kv_block_size", "tensor_parallel_size")
+        for name in required + ("window_size", "max_model_len", "max_num_batched_tokens", "num_kv_blocks"):
             value = getattr(self, name)
-            if value is None and name not in ("max_num_seqs", "kv_block_size"):
+            if value is None and name not in required:
                 continue
             if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")

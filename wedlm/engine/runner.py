@@ -47,6 +47,22 @@ class ForwardOutput:
     argmax: list[int]
 
 
+@dataclass
+class PreparedForward:
+    """Flat inputs of one forward: int64 [num_tokens] ids and positions, the paged-attention
+    metadata, and int64 [num_rows] logit rows (None when no item asks for logits)."""
+
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    attn: PagedAttention
+    logit_rows: torch.Tensor | None
+
+
+class EngineDeadError(RuntimeError):
+    """The runner can run no further forward (a tensor-parallel rank died or failed);
+    the engine must be rebuilt. Raised out of `Engine.step`, never turned into a request error."""
+
+
 class ModelRunner:
     """Owns the model and its KV cache.
 
@@ -63,18 +79,29 @@ class ModelRunner:
         self.device = model.device
         # [MASK] is an input symbol, never an output: no decoder may sample or commit it.
         self.mask_token_id = cfg.mask_token_id if cfg.model_type == "wedlm" else None
-        self.kv_cache = KVCache(cfg.num_hidden_layers, num_blocks, block_size, cfg.num_key_value_heads,
+        self.kv_cache = KVCache(cfg.num_hidden_layers, num_blocks, block_size, _kv_heads(model),
                                 cfg.head_dim, model.dtype, self.device)
 
     @staticmethod
     def kv_bytes_per_block(model: QwenForCausalLM, block_size: int) -> int:
+        """Bytes of one KV block of this model (of this rank's KV heads under tensor parallelism)."""
         cfg = model.config
         elem = torch.empty((), dtype=model.dtype).element_size()
-        return 2 * cfg.num_hidden_layers * block_size * cfg.num_key_value_heads * cfg.head_dim * elem
+        return 2 * cfg.num_hidden_layers * block_size * _kv_heads(model) * cfg.head_dim * elem
 
-    @torch.inference_mode()
+    def close(self) -> None:
+        """Release resources held outside this object (nothing for one process)."""
+
     def run(self, items: list[ForwardItem]) -> list[ForwardOutput]:
         """One forward over all items; outputs align with `items`.
+
+        Raises:
+            ValueError: an item with no tokens or a block table too short.
+        """
+        return self.execute(items, self.prepare(items))
+
+    def prepare(self, items: list[ForwardItem]) -> PreparedForward:
+        """Flatten the items and build the attention metadata (no model work, no communication).
 
         Raises:
             ValueError: an item with no tokens or a block table too short.
@@ -91,10 +118,16 @@ class ModelRunner:
         input_ids = torch.tensor(ids, dtype=torch.int64, device=device)
         positions = torch.tensor(pos, dtype=torch.int64, device=device)
         attn = PagedAttention.build(self.kv_cache, slices, device)
-        if not rows:
-            self.model.hidden_states(input_ids, positions, attn)
+        rows_t = torch.tensor(rows, dtype=torch.int64, device=device) if rows else None
+        return PreparedForward(input_ids, positions, attn, rows_t)
+
+    @torch.inference_mode()
+    def execute(self, items: list[ForwardItem], batch: PreparedForward) -> list[ForwardOutput]:
+        """The forward of `prepare(items)`: K/V into the cache, logits at the asked rows."""
+        if batch.logit_rows is None:
+            self.model.hidden_states(batch.input_ids, batch.positions, batch.attn)
             return [ForwardOutput(torch.empty(0), []) for _ in items]
-        logits = self.model(input_ids, positions, attn, torch.tensor(rows, dtype=torch.int64, device=device))
+        logits = self.model(batch.input_ids, batch.positions, batch.attn, batch.logit_rows)
         if self.mask_token_id is not None:
             logits[:, self.mask_token_id] = float("-inf")
         argmax = logits.argmax(-1).tolist()
@@ -104,3 +137,8 @@ class ModelRunner:
             out.append(ForwardOutput(logits[start:start + n], argmax[start:start + n]))
             start += n
         return out
+
+
+def _kv_heads(model: QwenForCausalLM) -> int:
+    """KV heads the model's attention computes (fewer than the config's on a tensor-parallel rank)."""
+    return model.model.layers[0].self_attn.num_kv_heads

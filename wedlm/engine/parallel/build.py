@@ -1,0 +1,39 @@
+"""The engine's model and runner for one process or N tensor-parallel ranks (the engine's only hook)."""
+
+from __future__ import annotations
+
+import torch
+
+from ...model import QwenForCausalLM, load_model
+from ..config import EngineConfig
+from ..runner import ModelRunner
+
+
+def load_engine_model(config: EngineConfig, device: torch.device, dtype: str) -> QwenForCausalLM:
+    """The whole model, or rank 0's shard when `config.tensor_parallel_size` > 1.
+
+    Raises:
+        ValueError: the model's heads / intermediate size / vocabulary cannot be split
+            by tensor_parallel_size, or too few GPUs (names both numbers); before any
+            process starts.
+        FileNotFoundError / ConfigError / CheckpointError: from the loader.
+    """
+    size = config.tensor_parallel_size
+    if size == 1:
+        return load_model(config.model, dtype=dtype, device=device)
+    from .loading import load_model_shard
+    from .runner import rank_devices
+
+    return load_model_shard(config.model, dtype, rank_devices(device, size)[0], rank=0, world_size=size)
+
+
+def make_engine_runner(model: QwenForCausalLM, num_blocks: int, config: EngineConfig,
+                       device: torch.device, dtype: str) -> ModelRunner:
+    """A `ModelRunner`, or a `TensorParallelRunner` that starts ranks 1..N-1."""
+    size = config.tensor_parallel_size
+    if size == 1:
+        return ModelRunner(model, num_blocks, config.kv_block_size, config.fast_path)
+    from .runner import TensorParallelRunner, rank_devices
+
+    return TensorParallelRunner(model, num_blocks, config.kv_block_size, config.fast_path,
+                                model_path=config.model, dtype=dtype, devices=rank_devices(device, size))
