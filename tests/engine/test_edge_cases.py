@@ -3,8 +3,9 @@
 import pytest
 
 from wedlm import SamplingParams
+from wedlm.engine.defaults import DECODERS
+from wedlm.engine.errors import RequestError
 
-DECODERS = ["ar", "wedlm", "verified", "blockwise"]
 PROMPT = [72, 101, 108, 108, 111]  # "Hello"
 
 
@@ -54,12 +55,18 @@ def test_stop_string_spanning_tokens(llm, decoding):
 
 
 def test_prompt_at_the_context_limit(make_llm):
+    """A request must fit as asked: prompt + max_tokens <= max_model_len (docs/engine.md); one that
+    does not is refused naming max_tokens, never cut short."""
     llm = make_llm(max_model_len=24)
     for decoding in DECODERS:
-        out = llm.generate([list(range(23))], greedy(decoding, max_tokens=50))[0]
+        out = llm.generate([list(range(23))], greedy(decoding, max_tokens=1))[0]
         assert len(out["token_ids"]) == 1 and out["finish_reason"] == "length"
-        out = llm.generate([list(range(20))], greedy(decoding, max_tokens=50))[0]
+        out = llm.generate([list(range(20))], greedy(decoding, max_tokens=4))[0]
         assert len(out["token_ids"]) == 4 and out["finish_reason"] == "length"
+        with pytest.raises(RequestError, match="max_tokens=5 does not fit: the prompt has 20 tokens and "
+                                               "max_model_len=24 leaves 4") as info:
+            llm.generate([list(range(20))], greedy(decoding, max_tokens=5))
+        assert info.value.param == "max_tokens"
     with pytest.raises(ValueError, match="prompt has 24 tokens; max_model_len is 24"):
         llm.generate([list(range(24))], greedy())
     with pytest.raises(ValueError, match="prompt is empty"):
@@ -102,3 +109,16 @@ def test_tiny_temperature_and_any_integer_seed(llm, decoding):
         if decoding in ("ar", "verified"):
             assert out["token_ids"] == ref["token_ids"]
     assert llm.metrics()["kv_blocks_free"] == llm.metrics()["kv_blocks_total"]
+
+
+@pytest.mark.parametrize("decoding", DECODERS)
+def test_top_p_zero_decodes_like_greedy(llm, decoding):
+    """top_p = 0 keeps only the most likely token (OpenAI's range is [0, 1]): the tokens are the
+    greedy ones whatever the temperature and seed."""
+    greedy_out = llm.generate([PROMPT], SamplingParams(temperature=0, max_tokens=10, decoding=decoding,
+                                                       ignore_eos=True))[0]["token_ids"]
+    for seed in (1, 2):
+        nucleus = SamplingParams(temperature=1.5, top_p=0, seed=seed, max_tokens=10, decoding=decoding,
+                                 ignore_eos=True)
+        assert llm.generate([PROMPT], nucleus)[0]["token_ids"] == greedy_out
+    assert len(greedy_out) == 10

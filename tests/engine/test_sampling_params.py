@@ -2,6 +2,7 @@
 
 import pytest
 
+from wedlm.engine.errors import RequestError
 from wedlm.engine.sampling_params import MODEL_DEFAULT, SamplingParams
 
 
@@ -19,7 +20,8 @@ def test_official_defaults_and_resolution():
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(temperature=-1), "temperature must be >= 0 and finite, got -1"),
-    (dict(top_p=0), "top_p must be in (0, 1]"),
+    (dict(top_p=-0.1), "top_p must be in [0, 1], got -0.1"),
+    (dict(top_p=1.5), "top_p must be in [0, 1], got 1.5"),
     (dict(top_k=-2), "top_k must be an integer >= 0"),
     (dict(max_tokens=0), "max_tokens must be an integer >= 1, got 0"),
     (dict(decoding="beam"), "decoding must be one of"),
@@ -58,9 +60,23 @@ def test_stop_string_normalised():
     (dict(decoding=["ar"]), "decoding"), (dict(wedlm_fallback=None), "wedlm_fallback"),
 ])
 def test_wrong_types_raise_value_error_naming_the_field(kwargs, field):
-    """Wrong types, bools for numbers and non-finite values are ValueErrors, never TypeErrors."""
-    with pytest.raises(ValueError, match=f"^{field} must be"):
+    """Wrong types, bools for numbers and non-finite values are RequestErrors (ValueErrors whose
+    `param` is the field), never TypeErrors."""
+    with pytest.raises(RequestError, match=f"^{field} must be") as info:
         SamplingParams(**kwargs)
+    assert isinstance(info.value, ValueError) and info.value.param == field
+
+
+def test_top_p_zero_is_greedy_and_keeps_only_the_top_token():
+    import torch
+
+    from wedlm.engine.sampling import _top_p
+
+    assert SamplingParams(temperature=1.0, top_p=0).greedy and not SamplingParams(temperature=1.0).greedy
+    probs = torch.tensor([[0.1, 0.6, 0.3], [0.5, 0.2, 0.3]])
+    assert _top_p(probs, 0.0).tolist() == [[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]]
+    kept = _top_p(probs, 0.65)
+    assert torch.allclose(kept, torch.tensor([[0.0, 2 / 3, 1 / 3], [0.625, 0.0, 0.375]]))
 
 
 def test_numbers_are_normalised():

@@ -117,9 +117,6 @@ class BlockManager:
 
     # ---- allocation ---------------------------------------------------------------
 
-    def can_grow(self, seq: Sequence, num_rows: int) -> bool:
-        return self.extra_blocks_needed(seq, num_rows) <= self.num_free
-
     def grow(self, seq: Sequence, num_rows: int) -> bool:
         """Extend seq's table to cover `num_rows` rows; False (and no change) if blocks run out."""
         need = self.extra_blocks_needed(seq, num_rows)

@@ -1,4 +1,4 @@
-"""Engine configuration and the model folder's recommended decoding defaults.
+"""Engine configuration and the sizes derived from it.
 
 `EngineConfig` is what `LLM(...)` parses its keyword arguments into. Sizes
 that depend on the model (context length, KV block count) are derived by
@@ -9,14 +9,9 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
-from ..tokenizer import read_json
-
-GENERATION_DEFAULT_KEYS = ("wedlm_window_size", "wedlm_entropy_threshold", "wedlm_pos_penalty_factor")
-DEFAULT_WINDOW = 16
 DEFAULT_MAX_MODEL_LEN = 4096
 CPU_KV_BUDGET_BYTES = 4 << 30
 
@@ -28,7 +23,7 @@ class EngineConfig:
     Attributes:
         model: checkpoint folder.
         window_size: WeDLM window W; None = generation_config.json's
-            `wedlm_window_size`, else 16.
+            `wedlm_window_size`, else `defaults.DEFAULT_WINDOW`.
         max_model_len: context limit (prompt + output); None = min(4096,
             max_position_embeddings).
         max_num_seqs: most concurrent running requests.
@@ -72,12 +67,6 @@ class EngineConfig:
             setattr(self, name, int(value))
         if not isinstance(self.gpu_memory_utilization, numbers.Real) or not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
-
-
-def generation_defaults(path: str | Path) -> dict:
-    """The WeDLM keys of the folder's generation_config.json (empty when absent)."""
-    raw = read_json(Path(path) / "generation_config.json")
-    return {k: raw[k] for k in GENERATION_DEFAULT_KEYS if k in raw}
 
 
 def resolve_device(device: str | None) -> torch.device:

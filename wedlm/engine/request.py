@@ -6,7 +6,7 @@ Its invariants:
 * `tokens` = prompt + committed output, in logical order; position p of the
   sequence is `tokens[p]`.
 * cache rows 0..num_cached-1 hold valid K/V of tokens[:num_cached]
-  (architecture.md invariant 3); `num_cached <= len(tokens)`.
+  (docs/invariants.md, "Cache validity"); `num_cached <= len(tokens)`.
 * `window[i]` is the decoder's slot at logical position len(tokens) + i:
   a token id (filled / drafted) or None ([MASK]). It survives preemption.
 * `block_table` covers at least the rows the next forward writes.
@@ -39,11 +39,10 @@ class Sequence:
         request_id: caller-visible id.
         prompt_len: number of prompt tokens at the head of `tokens`.
         params: resolved sampling parameters.
-        max_len: hard end of the sequence: prompt_len + min(max_tokens,
-            max_model_len - prompt_len); generation stops with "length" there.
+        max_len: hard end of the sequence: prompt_len + max_tokens (intake refuses
+            requests that do not fit max_model_len); generation stops with "length" there.
         window_size: W for this request.
         stop_ids: token ids that end generation (empty with ignore_eos).
-        index: arrival order (ties and FCFS).
     """
 
     request_id: str
@@ -53,7 +52,6 @@ class Sequence:
     max_len: int
     window_size: int
     stop_ids: frozenset[int] = frozenset()
-    index: int = 0
     status: SeqStatus = SeqStatus.WAITING
     num_cached: int = 0
     block_table: list[int] = field(default_factory=list)
@@ -69,10 +67,6 @@ class Sequence:
     arrival_time: float = field(default_factory=time.perf_counter)
     first_forward_end: float | None = None
     stats: RequestStats = field(default_factory=RequestStats)
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.tokens)
 
     @property
     def output_ids(self) -> list[int]:
@@ -91,7 +85,3 @@ class Sequence:
     def num_uncached(self) -> int:
         """Committed tokens whose K/V are not yet in the cache (fed before the window)."""
         return len(self.tokens) - self.num_cached
-
-    @property
-    def is_finished(self) -> bool:
-        return self.status is SeqStatus.FINISHED

@@ -77,8 +77,9 @@ class ModelRunner:
         cfg = model.config
         self.model = optimize_for_inference(model) if fast_path else model
         self.device = model.device
-        # [MASK] is an input symbol, never an output: no decoder may sample or commit it.
-        self.mask_token_id = cfg.mask_token_id if cfg.model_type == "wedlm" else None
+        # [MASK] is an input symbol, never an output: its logit column is -inf in every row
+        # returned, for every decoder and the AR head. The engine sets its one [MASK] id here.
+        self.mask_token_id: int | None = None
         self.kv_cache = KVCache(cfg.num_hidden_layers, num_blocks, block_size, _kv_heads(model),
                                 cfg.head_dim, model.dtype, self.device)
 

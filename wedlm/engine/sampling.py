@@ -24,7 +24,7 @@ def make_generator(seed: int, device: torch.device | str) -> torch.Generator:
 def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """float32 probs [n, V] from logits [n, V] under the request's temperature/top-k/top-p.
 
-    Greedy requests (temperature 0) get plain softmax(logits).
+    Greedy requests (temperature 0 or top_p 0) get plain softmax(logits).
     """
     logits = logits.float()
     if params.greedy:
@@ -43,10 +43,15 @@ def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 
 
 def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Keep the smallest set of most likely tokens whose mass reaches top_p; renormalise."""
+    """Keep the smallest set of most likely tokens whose mass reaches top_p; renormalise.
+
+    The most likely token is always kept, so top_p = 0 leaves exactly one token per row.
+    """
     sorted_probs, order = probs.sort(dim=-1, descending=True)
     before = sorted_probs.cumsum(dim=-1) - sorted_probs  # mass of strictly more likely tokens
-    sorted_probs = sorted_probs.masked_fill(before >= top_p, 0.0)
+    drop = before >= top_p
+    drop[..., 0] = False
+    sorted_probs = sorted_probs.masked_fill(drop, 0.0)
     kept = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
     return kept / kept.sum(dim=-1, keepdim=True)
 

@@ -1,12 +1,12 @@
 """Per-request sampling and decoding parameters (the public `wedlm.SamplingParams`).
 
 Field names and defaults follow the official `wedlm` package so user code moves
-over unchanged (temperature 0.2, top_p 1.0, top_k 0 = off, max_tokens 64,
-entropy threshold 0.4, position penalty 0.02; wedlm-facts.md section 4). Two
-WeDLM fields default to `MODEL_DEFAULT`: the engine replaces them with the
-values in the model folder's generation_config.json when it has them, else
-with the official defaults (`resolve`). Everything is validated here so that a
-bad request fails at `add_request` with a ValueError naming the field.
+over unchanged (temperature 0.2, top_p 1.0, top_k 0 = off, max_tokens 64; the
+WeDLM defaults live in `defaults.py`, see docs/method.md). Two WeDLM fields
+default to `MODEL_DEFAULT`: the engine replaces them with the values in the
+model folder's generation_config.json when it has them, else with the defaults
+(`resolve`). Everything is validated here so that a bad request fails at
+`add_request` with a `RequestError` (a ValueError) whose `param` names the field.
 """
 
 from __future__ import annotations
@@ -16,10 +16,8 @@ import math
 import numbers
 from dataclasses import dataclass, field
 
-DECODERS = ("wedlm", "ar", "blockwise", "verified")
-FALLBACKS = ("leftmost", "argmin")
-OFFICIAL_ENTROPY_THRESHOLD = 0.4
-OFFICIAL_POS_PENALTY = 0.02
+from .defaults import DECODERS, DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY, FALLBACKS
+from .errors import RequestError
 
 
 class _ModelDefault:
@@ -45,7 +43,8 @@ class SamplingParams:
 
     Attributes:
         temperature: 0 = greedy; > 0 scales logits before sampling.
-        top_p: nucleus mass in (0, 1]; 1 = off.
+        top_p: nucleus mass in [0, 1]; 1 = off; 0 keeps only the most likely
+            token (the smallest nucleus), so the request decodes greedily.
         top_k: keep the k most likely tokens; 0 (or -1) = off.
         max_tokens: most tokens to generate (>= 1).
         stop: stop string(s), matched on the decoded text across token
@@ -65,7 +64,8 @@ class SamplingParams:
         seed: per-request RNG seed; the same seed gives the same output.
 
     Raises:
-        ValueError: a field out of range; the message names the field and limit.
+        RequestError (a ValueError): a field out of range; `param` is the field, the
+            message names it and its limit.
     """
 
     temperature: float = 0.2
@@ -86,12 +86,12 @@ class SamplingParams:
     def __post_init__(self) -> None:
         self.temperature = _real("temperature", self.temperature, ">= 0 and finite",
                                  lambda v: 0 <= v < math.inf)
-        self.top_p = _real("top_p", self.top_p, "in (0, 1]", lambda v: 0 < v <= 1)
+        self.top_p = _real("top_p", self.top_p, "in [0, 1]", lambda v: 0 <= v <= 1)
         self.top_k = _integer("top_k", self.top_k, ">= 0 (0 or -1 = off)", lambda v: v >= -1)
         self.max_tokens = _integer("max_tokens", self.max_tokens, ">= 1", lambda v: v >= 1)
-        _check(isinstance(self.decoding, str) and self.decoding in DECODERS,
+        _check(isinstance(self.decoding, str) and self.decoding in DECODERS, "decoding",
                f"decoding must be one of {DECODERS}, got {self.decoding!r}")
-        _check(isinstance(self.wedlm_fallback, str) and self.wedlm_fallback in FALLBACKS,
+        _check(isinstance(self.wedlm_fallback, str) and self.wedlm_fallback in FALLBACKS, "wedlm_fallback",
                f"wedlm_fallback must be one of {FALLBACKS}, got {self.wedlm_fallback!r}")
         if self.window_size is not None:
             self.window_size = _integer("window_size", self.window_size, ">= 1", lambda v: v >= 1)
@@ -104,41 +104,42 @@ class SamplingParams:
                                                   ">= 0 and finite", lambda v: 0 <= v < math.inf)
         if self.seed is not None:
             self.seed = _integer("seed", self.seed, "", lambda v: True)
-        _check(isinstance(self.ignore_eos, bool), f"ignore_eos must be a bool, got {self.ignore_eos!r}")
+        _check(isinstance(self.ignore_eos, bool), "ignore_eos", f"ignore_eos must be a bool, got {self.ignore_eos!r}")
         if isinstance(self.stop, str):
             stops = [self.stop]
         else:
-            _check(self.stop is None or isinstance(self.stop, (list, tuple)),
+            _check(self.stop is None or isinstance(self.stop, (list, tuple)), "stop",
                    f"stop must be a string or a list of non-empty strings, got {self.stop!r}")
             stops = list(self.stop or [])
-        _check(all(isinstance(s, str) and s for s in stops), f"stop must be non-empty strings, got {self.stop!r}")
+        _check(all(isinstance(s, str) and s for s in stops), "stop", f"stop must be non-empty strings, got {self.stop!r}")
         self.stop_strings = stops
-        _check(self.stop_token_ids is None or isinstance(self.stop_token_ids, (list, tuple)),
+        _check(self.stop_token_ids is None or isinstance(self.stop_token_ids, (list, tuple)), "stop_token_ids",
                f"stop_token_ids must be a list of non-negative integers, got {self.stop_token_ids!r}")
         ids = list(self.stop_token_ids or [])
-        _check(all(_is_int(i) and i >= 0 for i in ids),
+        _check(all(_is_int(i) and i >= 0 for i in ids), "stop_token_ids",
                f"stop_token_ids must be non-negative integers, got {self.stop_token_ids!r}")
         self.stop_token_ids = [int(i) for i in ids]
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0
+        """Temperature 0, or top_p 0 (a nucleus of the single most likely token)."""
+        return self.temperature == 0 or self.top_p == 0
 
     def resolve(self, model_defaults: dict | None = None) -> "SamplingParams":
-        """A copy with every MODEL_DEFAULT replaced (model's generation_config first, then official)."""
+        """A copy with every MODEL_DEFAULT replaced (model's generation_config first, then `defaults.py`)."""
         defaults = model_defaults or {}
         changes = {}
         if self.wedlm_entropy_threshold is MODEL_DEFAULT:
             changes["wedlm_entropy_threshold"] = defaults.get("wedlm_entropy_threshold",
-                                                              OFFICIAL_ENTROPY_THRESHOLD)
+                                                              DEFAULT_ENTROPY_THRESHOLD)
         if self.wedlm_pos_penalty_factor is MODEL_DEFAULT:
-            changes["wedlm_pos_penalty_factor"] = defaults.get("wedlm_pos_penalty_factor", OFFICIAL_POS_PENALTY)
+            changes["wedlm_pos_penalty_factor"] = defaults.get("wedlm_pos_penalty_factor", DEFAULT_POS_PENALTY)
         return dataclasses.replace(self, **changes)  # validates the model's values too
 
 
-def _check(ok: bool, message: str) -> None:
+def _check(ok: bool, param: str, message: str) -> None:
     if not ok:
-        raise ValueError(message)
+        raise RequestError(param, message)
 
 
 def _is_int(value) -> bool:
@@ -149,11 +150,11 @@ def _is_int(value) -> bool:
 def _real(name: str, value, limit: str, ok) -> float:
     """`value` as a float if it is a real number (not a bool, not NaN) satisfying `ok`."""
     good = isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value)
-    _check(good and ok(float(value)), f"{name} must be {limit}, got {value!r}")
+    _check(good and ok(float(value)), name, f"{name} must be {limit}, got {value!r}")
     return float(value)
 
 
 def _integer(name: str, value, limit: str, ok) -> int:
     """`value` as an int if it is an integer (not a bool) satisfying `ok`."""
-    _check(_is_int(value) and ok(int(value)), f"{name} must be an integer{' ' if limit else ''}{limit}, got {value!r}")
+    _check(_is_int(value) and ok(int(value)), name, f"{name} must be an integer{' ' if limit else ''}{limit}, got {value!r}")
     return int(value)

@@ -48,10 +48,6 @@ class SchedulerOutput:
     preempted: list[Sequence] = field(default_factory=list)
     refused: list[Sequence] = field(default_factory=list)
 
-    @property
-    def num_tokens(self) -> int:
-        return sum(s.query_len for s in self.scheduled)
-
 
 class Scheduler:
     """FCFS continuous-batching scheduler.

@@ -21,7 +21,7 @@ class ARDecoder(Decoder):
         seq.window = []
 
     def plan(self, seq: Sequence) -> WindowPlan:
-        return WindowPlan([], [], [], anchor=True)
+        return WindowPlan([], [], [], [], anchor=True)
 
     def update(self, seq: Sequence, plan: WindowPlan, logits: torch.Tensor,
                argmax: list[int]) -> StepResult:

@@ -5,15 +5,18 @@ position len(seq.tokens) + i) and two operations:
 
 * `plan(seq) -> WindowPlan`: the window slots to feed after the uncached
   committed tokens, in physical order, with their logical positions and the
-  rows whose logits it needs; `anchor=True` also asks for the logits of the
-  last committed token (the AR next-token head).
-* `update(seq, plan, logits, argmax) -> StepResult`: read those logits,
+  rows whose logits it needs and the window slot each of those rows belongs
+  to; `anchor=True` also asks for the logits of the last committed token (the
+  AR next-token head).
+* `update(seq, plan, logits, argmax) -> StepResult`: read those logits (row j
+  of the window part is window slot `plan.row_slots[j]`),
   decide which tokens are committed and how many of them already have valid
   cache rows, and set the window for the next forward.
 
 Decoders hold no per-request state of their own (it lives on the Sequence),
 so one instance serves every request. AR decoding is the reference the
-others are tested against (style principle 4).
+others are tested against (docs/invariants.md). No decoder needs to ban
+[MASK]: the runner sets its logit column to -inf before any decoder reads it.
 """
 
 from __future__ import annotations
@@ -34,12 +37,14 @@ class WindowPlan:
         token_ids: window slots in physical order ([MASK] id for masks).
         positions: logical position of each slot.
         logit_rows: indices into `token_ids` whose logits are needed, in order.
+        row_slots: the window index (`seq.window`) of each of those rows.
         anchor: also return the logits of the last committed token, as row 0.
     """
 
     token_ids: list[int]
     positions: list[int]
     logit_rows: list[int]
+    row_slots: list[int]
     anchor: bool = False
 
 
@@ -83,4 +88,5 @@ class Decoder(ABC):
     @abstractmethod
     def update(self, seq: Sequence, plan: WindowPlan, logits: torch.Tensor,
                argmax: list[int]) -> StepResult:
-        """Consume logits [len(plan.logit_rows) + plan.anchor, V] (anchor row first)."""
+        """Consume logits float [len(plan.logit_rows) + plan.anchor, V] (anchor row first) and
+        their argmax ids; `plan` is what `plan(seq)` returned for this forward."""

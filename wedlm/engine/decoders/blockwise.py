@@ -14,7 +14,7 @@ import torch
 
 from ..request import Sequence
 from .base import StepResult, WindowPlan
-from .streaming import StreamingDecoder, fill_masks, mask_slots
+from .streaming import StreamingDecoder, fill_masks
 
 
 class BlockwiseDecoder(StreamingDecoder):
@@ -24,7 +24,7 @@ class BlockwiseDecoder(StreamingDecoder):
 
     def update(self, seq: Sequence, plan: WindowPlan, logits: torch.Tensor,
                argmax: list[int]) -> StepResult:
-        fill_masks(seq, mask_slots(seq), logits, self.mask_token_id)
+        fill_masks(seq, plan.row_slots, logits)
         if any(t is None for t in seq.window):
             return StepResult([], 0)
         block = list(seq.window)

@@ -28,26 +28,27 @@ from __future__ import annotations
 import torch
 
 from ..request import Sequence
-from ..sampling import entropy, probabilities, sample
 from .base import Decoder, StepResult, WindowPlan
+from .fill import below_tau, draw, fill_scores
 
 
 def plan_filled_first(seq: Sequence, mask_id: int) -> WindowPlan:
-    """Reorder seq.window filled-first, then masks, each by ascending position (section 4.1)."""
+    """Reorder seq.window filled-first, then masks, each by ascending position (section 4.1).
+
+    The logits asked for are the masks', in slot order (`row_slots`).
+    """
     base = len(seq.tokens)
     filled = [i for i, t in enumerate(seq.window) if t is not None]
     masks = [i for i, t in enumerate(seq.window) if t is None]
     ids = [seq.window[i] for i in filled] + [mask_id] * len(masks)
-    return WindowPlan(ids, [base + i for i in filled + masks], list(range(len(filled), len(ids))))
+    return WindowPlan(ids, [base + i for i in filled + masks], list(range(len(filled), len(ids))), masks)
 
 
-def mask_slots(seq: Sequence) -> list[int]:
-    """Window indices of the masks, in the order `plan_filled_first` asks their logits."""
-    return [i for i, t in enumerate(seq.window) if t is None]
+def fill_masks(seq: Sequence, slots: list[int], logits: torch.Tensor) -> None:
+    """Fill masks of seq.window by the distance-adjusted entropy rule (Eq. 11, `fill.py`).
 
-
-def fill_masks(seq: Sequence, slots: list[int], logits: torch.Tensor, mask_id: int) -> None:
-    """Fill masks of seq.window by the distance-adjusted entropy rule (Eq. 11).
+    Every mask scoring below tau is filled; when none does, the leftmost (default) or the
+    argmin (`wedlm_fallback="argmin"`, and always when tau is None) is.
 
     Args:
         slots: window indices of the masks, ascending, aligned with `logits` rows.
@@ -56,22 +57,12 @@ def fill_masks(seq: Sequence, slots: list[int], logits: torch.Tensor, mask_id: i
     if not slots:
         return
     params = seq.params
-    logits = logits.float().clone()
-    logits[:, mask_id] = float("-inf")  # a filled slot never holds [MASK]
-    probs = probabilities(logits, params)
-    ent = entropy(probs)
-    dist = torch.tensor([s - slots[0] for s in slots], dtype=ent.dtype, device=ent.device)
-    adjusted = ent + params.wedlm_pos_penalty_factor * dist
+    probs, adjusted = fill_scores(logits, params, [s - slots[0] for s in slots])
     tau = params.wedlm_entropy_threshold
-    if tau is None:
-        chosen = [int(adjusted.argmin())]
-    else:
-        chosen = torch.nonzero(adjusted < tau).flatten().tolist()
-        if not chosen:
-            chosen = [0] if params.wedlm_fallback == "leftmost" else [int(adjusted.argmin())]
-    rows = probs[chosen]
-    tokens = rows.argmax(-1) if params.greedy else sample(rows, seq.generator)
-    for j, t in zip(chosen, tokens.tolist()):
+    chosen = [j for j, ok in enumerate(below_tau(adjusted, tau)) if ok]
+    if not chosen:
+        chosen = [0] if tau is not None and params.wedlm_fallback == "leftmost" else [int(adjusted.argmin())]
+    for j, t in zip(chosen, draw(probs[chosen], params, seq.generator)):
         seq.window[slots[j]] = t
 
 
@@ -98,7 +89,7 @@ class StreamingDecoder(Decoder):
         window = seq.window
         k = leading_filled(window)
         committed = list(window[:k])
-        fill_masks(seq, mask_slots(seq), logits, self.mask_token_id)
+        fill_masks(seq, plan.row_slots, logits)
         budget = seq.budget_left - k
         rest = seq.window[k:]
         seq.window = rest + [None] * max(0, min(seq.window_size, budget) - len(rest))

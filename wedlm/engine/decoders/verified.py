@@ -12,7 +12,7 @@ Verification is speculative decoding's rule. Greedy: accept drafts while they
 equal the AR argmax, then commit the AR argmax at the first mismatch (the
 correction) or after the last draft (the bonus): at least one token per
 forward, and exactly the tokens greedy AR decoding would produce
-(architecture.md invariant 5). Sampling: accept d_i with probability
+(docs/invariants.md, "Verified equals AR"). Sampling: accept d_i with probability
 min(1, p_i(d_i) / q_i(d_i)); on rejection draw from norm(max(0, p_i - q_i)); if
 all are accepted draw the bonus from p_m. p is the request's processed AR
 distribution, q the distribution the draft was drawn from, so outputs are
@@ -32,8 +32,9 @@ from dataclasses import dataclass
 import torch
 
 from ..request import Sequence
-from ..sampling import entropy, probabilities, sample
+from ..sampling import probabilities, sample
 from .base import Decoder, StepResult, WindowPlan
+from .fill import below_tau, draw, fill_scores
 
 
 @dataclass
@@ -55,7 +56,8 @@ class VerifiedDecoder(Decoder):
     def plan(self, seq: Sequence) -> WindowPlan:
         base = len(seq.tokens)
         ids = [self.mask_token_id if t is None else t for t in seq.window]
-        return WindowPlan(ids, list(range(base, base + len(ids))), list(range(len(ids))), anchor=True)
+        slots = list(range(len(ids)))
+        return WindowPlan(ids, list(range(base, base + len(ids))), slots, slots, anchor=True)
 
     def update(self, seq: Sequence, plan: WindowPlan, logits: torch.Tensor,
                argmax: list[int]) -> StepResult:
@@ -88,17 +90,13 @@ class VerifiedDecoder(Decoder):
             return [], None
         logits = logits[:limit]
         params = seq.params
-        probs = probabilities(logits, params)
-        ent = entropy(probs) + params.wedlm_pos_penalty_factor * torch.arange(
-            probs.shape[0], dtype=torch.float32, device=probs.device)
-        tau = params.wedlm_entropy_threshold
-        passing = (ent < tau).tolist() if tau is not None else [False] * len(ent)
+        probs, adjusted = fill_scores(logits, params, range(logits.shape[0]))
+        passing = below_tau(adjusted, params.wedlm_entropy_threshold)
         n = 1
         while n < len(passing) and passing[n]:
             n += 1
         probs = probs[:n]
-        tokens = probs.argmax(-1) if params.greedy else sample(probs, seq.generator)
-        return tokens.tolist(), None if params.greedy else probs.clone()
+        return draw(probs, params, seq.generator), None if params.greedy else probs.clone()
 
 
 def _verify_greedy(drafts: list[int], target_ids: list[int]) -> tuple[int, int]:

@@ -1,0 +1,68 @@
+"""The decoding names and WeDLM defaults, in one place for the engine, server, CLI, bench and eval.
+
+The defaults are the released WeDLM code's (window W = 16, entropy threshold
+tau = 0.4, distance penalty lambda = 0.02; docs/method.md, "Streaming parallel
+decoding"). A model folder may recommend its own in generation_config.json
+(`wedlm_window_size`, `wedlm_entropy_threshold`, `wedlm_pos_penalty_factor`);
+`model_decoding_defaults` reads and checks them, and every caller that needs
+"the model's tau" goes through it instead of restating a number. No torch here:
+the server's schemas and the CLI parsers import this module.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from pathlib import Path
+
+from ..tokenizer import read_json
+
+DECODERS = ("wedlm", "ar", "blockwise", "verified")
+FALLBACKS = ("leftmost", "argmin")
+DEFAULT_WINDOW = 16
+DEFAULT_ENTROPY_THRESHOLD = 0.4
+DEFAULT_POS_PENALTY = 0.02
+GENERATION_DEFAULT_KEYS = ("wedlm_window_size", "wedlm_entropy_threshold", "wedlm_pos_penalty_factor")
+
+
+def generation_defaults(path: str | Path) -> dict:
+    """The WeDLM keys present in the folder's generation_config.json (empty when absent; unchecked)."""
+    raw = read_json(Path(path) / "generation_config.json")
+    return {k: raw[k] for k in GENERATION_DEFAULT_KEYS if k in raw}
+
+
+def model_decoding_defaults(path: str | Path) -> dict:
+    """W, tau and lambda for a model folder: generation_config.json's values, else the defaults above.
+
+    Returns:
+        {"wedlm_window_size": int >= 1, "wedlm_entropy_threshold": float >= 0 or None,
+         "wedlm_pos_penalty_factor": float >= 0}.
+
+    Raises:
+        ValueError: a value in generation_config.json out of range, naming the file and key
+            (a window of 0 would stall every request forever).
+    """
+    raw = generation_defaults(path)
+    source = f"{path}/generation_config.json"
+    window = raw.get("wedlm_window_size", DEFAULT_WINDOW)
+    if not isinstance(window, numbers.Integral) or isinstance(window, bool) or window < 1:
+        raise ValueError(f"{source}: wedlm_window_size must be an integer >= 1, got {window!r}")
+    tau = raw.get("wedlm_entropy_threshold", DEFAULT_ENTROPY_THRESHOLD)
+    if tau is not None and not _real_at_least_zero(tau, allow_inf=True):
+        raise ValueError(f"{source}: wedlm_entropy_threshold must be >= 0 or None, got {tau!r}")
+    lam = raw.get("wedlm_pos_penalty_factor", DEFAULT_POS_PENALTY)
+    if not _real_at_least_zero(lam, allow_inf=False):
+        raise ValueError(f"{source}: wedlm_pos_penalty_factor must be >= 0 and finite, got {lam!r}")
+    return {"wedlm_window_size": int(window),
+            "wedlm_entropy_threshold": None if tau is None else float(tau),
+            "wedlm_pos_penalty_factor": float(lam)}
+
+
+def _real_at_least_zero(value, allow_inf: bool) -> bool:
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or math.isnan(value):
+        return False
+    return value >= 0 and (allow_inf or value < math.inf)
+
+
+__all__ = ["DECODERS", "DEFAULT_ENTROPY_THRESHOLD", "DEFAULT_POS_PENALTY", "DEFAULT_WINDOW", "FALLBACKS",
+           "GENERATION_DEFAULT_KEYS", "generation_defaults", "model_decoding_defaults"]
