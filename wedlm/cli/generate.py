@@ -42,6 +42,9 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default: %(default)s)")
     group.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
                        help="weights and activations dtype (default: %(default)s)")
+    group.add_argument("--tensor-parallel-size", type=int, default=None, metavar="N",
+                       help="split the weights across N ranks (N GPUs from --device's index, or N CPU "
+                            "processes); default: 1")
 
 
 def add_sampling_args(parser: argparse.ArgumentParser, max_tokens: int | None = None) -> None:
@@ -75,7 +78,8 @@ def build_llm(args: argparse.Namespace) -> Any:
 
     kwargs: dict[str, Any] = {"model": args.model, "device": args.device, "dtype": args.dtype}
     optional = {"wedlm_window_size": args.window_size, "max_model_len": args.max_model_len,
-                "max_num_seqs": args.max_num_seqs, "kv_block_size": args.kv_block_size}
+                "max_num_seqs": args.max_num_seqs, "kv_block_size": args.kv_block_size,
+                "tensor_parallel_size": args.tensor_parallel_size}
     kwargs.update({k: v for k, v in optional.items() if v is not None})
     return LLM(**kwargs)
 

@@ -17,6 +17,7 @@ from .generate import add_engine_args
 EXAMPLES = """examples:
   wedlm serve --port 8000                      # the shipped model, web chat at http://127.0.0.1:8000/
   wedlm serve --model /path/to/WeDLM-8B-Instruct --device cuda --dtype bfloat16 --host 0.0.0.0
+  wedlm serve --model /path/to/WeDLM-8B-Instruct --device cuda --dtype bfloat16 --tensor-parallel-size 2
 
   curl http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' \\
     -d '{"model": "wedlm-tiny", "messages": [{"role": "user", "content": "Hi"}], "stream": true,
@@ -56,5 +57,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     name = args.served_model_name or Path(args.model).name
     app = create_app(llm, name)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    finally:
+        llm.close()  # tensor-parallel workers stop with the server
     return 0
