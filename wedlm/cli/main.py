@@ -12,7 +12,7 @@ import importlib
 import sys
 from pathlib import Path
 
-COMMANDS = ("generate", "chat", "serve", "bench", "eval", "train", "convert")
+COMMANDS = ("generate", "chat", "serve", "bench", "eval", "lm_eval", "train", "convert")
 DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "models" / "wedlm-tiny"
 
 

@@ -64,7 +64,8 @@ def render_prompt(template: str, inp: dict, where: str) -> str:
     try:
         return template.format(**fields)
     except KeyError as err:
-        raise ValueError(f"{where}: the prompt uses {{{err.args[0]}}} but the item has no input.{err.args[0]}") from None
+        name = err.args[0]
+        raise ValueError(f"{where}: the prompt uses {{{name}}} but the item has no input.{name}") from None
 
 
 def answer_text(answer) -> str:
