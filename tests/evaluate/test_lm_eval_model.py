@@ -82,7 +82,7 @@ def direct_logprob(lm, context: str, continuation: str) -> float:
     model = lm.llm.engine.model
     with torch.inference_mode():
         logits = model(torch.tensor([ids]), torch.arange(len(ids))[None], DenseAttention())[0].float()
-        logits[:, lm.llm.engine.runner.mask_token_id] = float("-inf")
+        logits[:, lm.llm.engine.mask_token_id] = float("-inf")
     lp = torch.log_softmax(logits, -1)[len(ctx) - 1:]
     return lp.gather(1, torch.tensor(cont)[:, None]).sum().item()
 
@@ -121,7 +121,7 @@ def test_rolling_loglikelihood_is_the_documents_logprob(lm):
     model = lm.llm.engine.model
     with torch.inference_mode():
         logits = model(torch.tensor([ids[:-1]]), torch.arange(len(ids) - 1)[None], DenseAttention())[0].float()
-        logits[:, lm.llm.engine.runner.mask_token_id] = float("-inf")
+        logits[:, lm.llm.engine.mask_token_id] = float("-inf")
     want = torch.log_softmax(logits, -1).gather(1, torch.tensor(ids[1:])[:, None]).sum().item()
     assert total == pytest.approx(want, abs=1e-3)
 
@@ -201,3 +201,18 @@ def test_cli_passes_exactly_its_arguments(monkeypatch):
     assert main(["lm-eval", "--model", "wedlm", "--limit", "3", "--help"]) == 0
     assert seen == [["lm-eval", "--model", "wedlm", "--limit", "3", "--help"]]
     assert sys.argv == argv_before and get_model("wedlm") is WeDLMLM
+
+
+def test_loglikelihood_refuses_tensor_parallel_engines(lm):
+    class Config:
+        tensor_parallel_size = 2
+
+    class Engine:
+        config, model, mask_token_id = Config(), None, None
+
+    class FakeLLM:
+        tokenizer, engine, max_model_len = lm.tokenizer, Engine(), 64
+
+    tp = WeDLMLM(pretrained="unused", llm=FakeLLM())
+    with pytest.raises(NotImplementedError, match="tensor_parallel_size=1"):
+        tp.loglikelihood([Instance("loglikelihood", {}, ("Q:", " A"), 0)], disable_tqdm=True)

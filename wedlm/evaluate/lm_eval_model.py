@@ -163,7 +163,7 @@ class WeDLMLM(TemplateLM):
                                       "run it with tensor_parallel_size=1")
         t0 = time.perf_counter()
         results = score_requests(engine.model, requests, self.max_length, self.max_batch_tokens,
-                                 engine.runner.mask_token_id, progress)
+                                 engine.mask_token_id, progress)
         self.score_counts["requests"] += len(requests)
         self.score_counts["tokens"] += sum(len(r.continuation) for r in requests)
         self.score_counts["wall_s"] += time.perf_counter() - t0
