@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from wedlm.engine.errors import RequestError
 from wedlm.engine.outputs import StreamDelta
 
 
@@ -27,7 +28,7 @@ class FakeParams:
     def __init__(self, max_tokens: int = 16, temperature: float = 0.0, top_p: float = 1.0,
                  decoding: str = "wedlm", **extra):
         if temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature}")
+            raise RequestError("temperature", f"temperature must be >= 0, got {temperature}")
         self.max_tokens, self.temperature, self.top_p, self.decoding = max_tokens, temperature, top_p, decoding
         self.extra = extra
 
@@ -68,7 +69,7 @@ class FakeLLM:
         self._touch()
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         if len(ids) > self.max_model_len - 1:
-            raise ValueError(f"prompt is {len(ids)} tokens, over max_model_len {self.max_model_len}")
+            raise RequestError("prompt", f"prompt is {len(ids)} tokens, over max_model_len {self.max_model_len}")
         rid = request_id or f"fake-{len(self.running)}"
         self.running[rid] = _Req(rid, ids, self.expected(ids, params.max_tokens))
         return rid

@@ -35,7 +35,7 @@ CASES = [
      "temperature"),
     ("infinite temperature", CHAT, chat().replace('"max_tokens"', '"temperature": Infinity, "max_tokens"'),
      "temperature"),
-    ("top_p zero", COMPLETIONS, completion(top_p=0), "top_p"),
+    ("top_p negative", COMPLETIONS, completion(top_p=-0.1), "top_p"),
     ("top_p above one", CHAT, chat(top_p=1.5), "top_p"),
     ("max_tokens zero", COMPLETIONS, completion(max_tokens=0), "max_tokens"),
     ("max_tokens negative", CHAT, chat(max_tokens=-3), "max_tokens"),

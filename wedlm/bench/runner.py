@@ -23,6 +23,7 @@ from statistics import median
 
 from tqdm import tqdm
 
+from wedlm.engine.defaults import DEFAULT_ENTROPY_THRESHOLD
 from wedlm.evaluate.metrics import aggregate
 from wedlm.evaluate.runner import cut_at_stops, render_prompts
 from wedlm.evaluate.tasks import EvalTask
@@ -53,7 +54,8 @@ class BenchConfig:
         max_tokens: per-task budget override (None = `tasks.MAX_TOKENS`).
         repeats: timed repeats (after one warm-up).
         verified / transformers: include those systems.
-        window_size: engine window W (None = the model's generation_config.json, else 16).
+        window_size: engine window W (None = the model's generation_config.json, else
+            `defaults.DEFAULT_WINDOW`).
         prefix_caching: let the engine reuse prompt KV across requests. Off by default:
             repeats would otherwise skip prefill that the transformers peer recomputes.
     """
@@ -62,7 +64,7 @@ class BenchConfig:
     tasks: tuple[str, ...] = BENCH_TASKS
     taus: tuple[float, ...] = (0.2, 0.4, 0.6, 0.9)
     lambdas: tuple[float, ...] = (0.02, 0.10)
-    lambda_tau: float = 0.4
+    lambda_tau: float = DEFAULT_ENTROPY_THRESHOLD
     blockwise_taus: tuple[float, ...] = (0.4, 0.9)
     batch_sizes: tuple[int, ...] = (1, 8)
     items: dict[str, tuple[int, int]] | None = None

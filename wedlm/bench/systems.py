@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-ENGINE_DECODERS = ("wedlm", "blockwise", "verified", "ar")
+from ..engine.defaults import DECODERS
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +54,7 @@ class EngineSystem:
     """One engine decoder on a shared `wedlm.LLM` (greedy, fixed tau/lambda)."""
 
     def __init__(self, llm, spec: SystemSpec, window_size: int | None = None) -> None:
-        if spec.kind != "engine" or spec.decoding not in ENGINE_DECODERS:
+        if spec.kind != "engine" or spec.decoding not in DECODERS:
             raise ValueError(f"not an engine decoder: {spec}")
         self.llm, self.spec, self.window_size = llm, spec, window_size
         self.name = spec.name

@@ -40,8 +40,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--decoding", default=None,
                    help="comma-separated decoders to compare: wedlm, ar, blockwise, verified "
                         f"(default: wedlm; {LISTOPS_DECODERS} when listops is among the tasks)")
-    p.add_argument("--threshold", type=float, default=0.4, metavar="TAU", help="entropy threshold tau")
-    p.add_argument("--penalty", type=float, default=0.02, metavar="LAMBDA", help="distance penalty lambda")
+    p.add_argument("--threshold", type=float, default=None, metavar="TAU",
+                   help="entropy threshold tau (default: the model's generation_config.json, else 0.4)")
+    p.add_argument("--penalty", type=float, default=None, metavar="LAMBDA",
+                   help="distance penalty lambda (default: the model's generation_config.json, else 0.02)")
     p.add_argument("--window-size", type=int, default=None, metavar="W", help="decoding window (engine default)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--max-tokens", type=int, default=None, help="override every task's generation budget")
@@ -145,15 +147,26 @@ def print_listops(reports: list[dict]) -> list[dict]:
     return rows
 
 
+def decode_configs(args: argparse.Namespace) -> list:
+    """One `DecodeConfig` per `--decoding` value; tau and lambda not given on the command line
+    are the model's (generation_config.json, else the engine defaults)."""
+    from wedlm.engine.defaults import model_decoding_defaults
+    from wedlm.evaluate.runner import DecodeConfig
+
+    model_defaults = model_decoding_defaults(args.model)
+    tau = model_defaults["wedlm_entropy_threshold"] if args.threshold is None else args.threshold
+    lam = model_defaults["wedlm_pos_penalty_factor"] if args.penalty is None else args.penalty
+    return [DecodeConfig(decoding=d, tau=tau, lam=lam, window_size=args.window_size,
+                         temperature=args.temperature) for d in decoders_for(args)]
+
+
 def run(args: argparse.Namespace) -> int:
     from wedlm import LLM
     from wedlm.bench.machine import machine_info, machine_line
-    from wedlm.evaluate.runner import DecodeConfig, evaluate
+    from wedlm.evaluate.runner import evaluate
 
     apply_threads(args)
-    decoders = decoders_for(args)
-    configs = [DecodeConfig(decoding=d, tau=args.threshold, lam=args.penalty, window_size=args.window_size,
-                            temperature=args.temperature) for d in decoders]
+    configs = decode_configs(args)
     tasks = build_tasks(args)
     kwargs = {"wedlm_window_size": args.window_size} if args.window_size else {}
     llm = LLM(model=args.model, device=args.device, dtype=args.dtype,

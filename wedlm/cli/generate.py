@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..engine.defaults import DECODERS, DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY
 from .main import default_model
 
-DECODINGS = ("wedlm", "ar", "blockwise", "verified")
 EXAMPLES = """examples:
   wedlm generate "Count from 1 to 20:" --max-tokens 64 --temperature 0
   wedlm generate --file prompt.txt --decoding verified --json
@@ -50,15 +50,16 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
 def add_sampling_args(parser: argparse.ArgumentParser, max_tokens: int | None = None) -> None:
     """Options that build the `SamplingParams` of each request."""
     group = parser.add_argument_group("sampling and decoding")
-    group.add_argument("--decoding", choices=DECODINGS, default=None,
+    group.add_argument("--decoding", choices=DECODERS, default=None,
                        help="decoding strategy: wedlm (streaming parallel, default), ar (one token per forward), "
                             "blockwise (stop-and-wait blocks), verified (lossless, equals ar when greedy)")
     group.add_argument("--threshold", type=float, default=None, metavar="TAU",
                        help="entropy threshold tau: masks with distance-adjusted entropy below it are filled each "
-                            "step (higher = more tokens per forward); default: the model's or 0.4")
+                            "step (higher = more tokens per forward); "
+                            f"default: the model's or {DEFAULT_ENTROPY_THRESHOLD}")
     group.add_argument("--penalty", type=float, default=None, metavar="LAMBDA",
                        help="position penalty lambda added per slot of distance from the leftmost mask; "
-                            "default: the model's or 0.02")
+                            f"default: the model's or {DEFAULT_POS_PENALTY}")
     group.add_argument("--temperature", type=float, default=None,
                        help="0 = greedy; default: the library's (0.2)")
     group.add_argument("--top-p", type=float, default=None, help="nucleus sampling mass in (0, 1]")
@@ -110,15 +111,19 @@ def sampling_params_from_args(args: argparse.Namespace) -> Any:
     return SamplingParams(**kwargs)
 
 
-def chat_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> str:
-    """The chat template applied to `messages`, ending with the assistant's turn header.
+def chat_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    """Token ids of the chat template applied to `messages`, ending with the assistant's turn
+    header; message text never becomes control tokens (`wedlm.engine.chat.encode_chat`).
 
     Raises:
-        ValueError: the model folder has no tokenizer or no chat template.
+        ValueError: the model folder has no tokenizer or no chat template, or the template
+            cannot render a message.
     """
+    from wedlm.engine.chat import encode_chat
+
     if tokenizer is None or not getattr(tokenizer, "chat_template", None):
         raise ValueError("the model folder has no tokenizer chat template; drop --chat or add one")
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return encode_chat(tokenizer, messages)
 
 
 def format_stats(stats: dict | None, seconds: float | None = None) -> str:

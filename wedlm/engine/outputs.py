@@ -2,7 +2,7 @@
 
 `StreamDelta` is the contract with the server (one per request that progressed
 in a step); `RequestStats` carries the paper's metrics per request (section 3.1,
-Eq. 4) so that every result, not only a global counter, can be judged.
+Eq. 4; docs/method.md, "Metrics") so that every result, not only a global counter, can be judged.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ class StreamDelta:
         new_text: text that became final this step (never a broken UTF-8
             character, never any part of a stop string).
         finished: the request is done; no more deltas follow.
-        finish_reason: "stop" | "length" | "abort" | "error" | None.
+        finish_reason: "stop" | "length" | "abort" | None (a failed request finishes
+            "abort" with `error` set).
         step_index: the request's decode step number (0 = first forward).
         stats: `RequestStats.to_dict()` when finished, else None.
         error: message when the request failed, else None.

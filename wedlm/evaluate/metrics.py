@@ -1,4 +1,4 @@
-"""Speed metrics summed over many requests (wedlm-facts.md section 5, Eq. 4).
+"""Speed metrics summed over many requests (docs/method.md, "Metrics"; paper Eq. 4).
 
 What: `aggregate(stats, wall_s)` turns per-request engine stats into one row:
 tokens per forward = sum N_gen / sum decode forwards; p_cache = sum N_gen / sum

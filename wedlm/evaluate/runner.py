@@ -16,10 +16,11 @@ from dataclasses import asdict, dataclass
 
 from tqdm import tqdm
 
+from ..engine.chat import encode_chat
+from ..engine.defaults import DECODERS, DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY
 from .metrics import aggregate
 from .tasks import EvalItem, EvalTask
 
-DECODERS = ("wedlm", "ar", "blockwise", "verified")
 PROMPT_STYLES = ("auto", "chat", "raw")
 
 
@@ -27,12 +28,14 @@ PROMPT_STYLES = ("auto", "chat", "raw")
 class DecodeConfig:
     """How to decode: `decoding` strategy, WeDLM threshold tau and distance penalty lambda.
 
-    `window_size` None keeps the engine's default; `temperature` 0 is greedy.
+    `window_size` None keeps the engine's default; `temperature` 0 is greedy; tau None fills
+    one mask per step. `wedlm eval` passes the model's generation_config.json values
+    (`wedlm.engine.defaults.model_decoding_defaults`).
     """
 
     decoding: str = "wedlm"
-    tau: float = 0.4
-    lam: float = 0.02
+    tau: float | None = DEFAULT_ENTROPY_THRESHOLD
+    lam: float = DEFAULT_POS_PENALTY
     window_size: int | None = None
     temperature: float = 0.0
     top_p: float = 1.0
@@ -41,7 +44,7 @@ class DecodeConfig:
     def __post_init__(self) -> None:
         if self.decoding not in DECODERS:
             raise ValueError(f"decoding must be one of {DECODERS}, got {self.decoding!r}")
-        if not 0.0 <= self.tau:
+        if self.tau is not None and not 0.0 <= self.tau:
             raise ValueError(f"tau must be >= 0, got {self.tau}")
         if self.lam < 0:
             raise ValueError(f"lambda must be >= 0, got {self.lam}")
@@ -66,13 +69,11 @@ def use_chat(tokenizer, style: str) -> bool:
 
 
 def render_prompts(tokenizer, items: list[EvalItem], chat: bool) -> list[list[int]]:
-    """Token ids of each item's prompt: chat template with generation prompt, or the raw text."""
-    out = []
-    for item in items:
-        text = (tokenizer.apply_chat_template(item.messages, tokenize=False, add_generation_prompt=True)
-                if chat else item.raw)
-        out.append(list(tokenizer(text, add_special_tokens=False)["input_ids"]))
-    return out
+    """Token ids of each item's prompt: chat template with generation prompt (message text never
+    becomes control tokens, `wedlm.engine.chat.encode_chat`), or the raw text as given."""
+    if chat:
+        return [encode_chat(tokenizer, item.messages) for item in items]
+    return [list(tokenizer(item.raw, add_special_tokens=False)["input_ids"]) for item in items]
 
 
 def cut_at_stops(text: str, stops: list[str]) -> str:

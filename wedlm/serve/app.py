@@ -31,7 +31,7 @@ from . import protocol
 from .engine_loop import EngineLoop
 from .errors import APIError, bad_request, error_body, server_error
 from .metrics import CONTENT_TYPE, ServerMetrics
-from .prompts import PromptBuilder, engine_refusal, private_tokenizer, sampling_params
+from .prompts import PromptBuilder, private_tokenizer, refusal, sampling_params
 from .schemas import ChatCompletionRequest, CompletionRequest, SamplingFields, param_of
 from .streams import RequestGroup, abort_on_disconnect
 
@@ -60,12 +60,15 @@ class Server:
         try:
             req = parse_body(await request.body(), ChatCompletionRequest if chat else CompletionRequest)
             self.check_model(req.model)
-            prompts = [self.prompts.chat_prompt(req)] if chat else self.prompts.completion_prompts(req)
-            params = [[sampling_params(self.sampling_params_cls, req, self.prompts.max_tokens(req, len(ids)),
-                                       choice) for choice in range(req.n)] for ids in prompts]
             env = protocol.Envelope(f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}",
                                     self.model_name, chat)
-            group = await self.submit(env.id, prompts, params, req, chat)
+            try:  # the server's checks and the engine's raise the same RequestError(param)
+                prompts = [self.prompts.chat_prompt(req)] if chat else self.prompts.completion_prompts(req)
+                params = [[sampling_params(self.sampling_params_cls, req, self.prompts.max_tokens(req, len(ids)),
+                                           choice) for choice in range(req.n)] for ids in prompts]
+                group = await self.submit(env.id, prompts, params)
+            except ValueError as err:
+                raise refusal(err, req) from err
         except APIError as err:
             self.metrics.observe_request(endpoint, err.status)
             return err.response()
@@ -84,15 +87,16 @@ class Server:
             raise bad_request("model", f"Invalid value for 'model': the model '{model}' does not exist; "
                                        f"this server serves '{self.model_name}'")
 
-    async def submit(self, base_id: str, prompts: list[list[int]], params: list[list[Any]],
-                     req: SamplingFields, chat: bool) -> RequestGroup:
-        """One engine request per (prompt, choice), `params[prompt][choice]`; aborts the submitted
-        ones if the engine refuses one."""
+    async def submit(self, base_id: str, prompts: list[list[int]], params: list[list[Any]]) -> RequestGroup:
+        """One engine request per (prompt, choice), `params[prompt][choice]`.
+
+        Raises:
+            ValueError: the engine refused one (a `RequestError` naming the field); the
+                submitted ones are aborted.
+        """
         group = RequestGroup(self.engine, base_id)
         try:
             await group.submit([(ids, param) for ids, per_choice in zip(prompts, params) for param in per_choice])
-        except ValueError as err:
-            raise engine_refusal(err, chat, list(type(req).model_fields)) from err
         except BaseException:
             group.close()
             raise
@@ -205,7 +209,7 @@ def delta_failure(delta: Any) -> str | None:
     """An error message when the delta ends its request in failure (engine error or abort)."""
     if delta.error:
         return delta.error
-    if delta.finished and delta.finish_reason in ("error", "abort"):
+    if delta.finished and delta.finish_reason == "abort":
         return f"the request ended early ({delta.finish_reason})"
     return None
 

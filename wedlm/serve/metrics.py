@@ -1,7 +1,7 @@
 """Prometheus metrics of the server (`GET /metrics`), on a registry of its own.
 
 Per-request numbers (tokens, decode forwards, tokens per forward, p_cache of
-wedlm-facts.md section 5, time to first token) are recorded when a request finishes;
+docs/method.md, "Metrics"; time to first token) are recorded when a request finishes;
 engine gauges (queue length, running requests, KV blocks in use, prefix-cache hits) are
 read at scrape time from the engine loop's latest `LLM.metrics()` snapshot, so scraping
 never touches the engine from another thread. One registry per app keeps several
@@ -58,7 +58,7 @@ class ServerMetrics:
         reg = self.registry
         self.requests = Counter("wedlm_requests", "HTTP API requests by endpoint and status code.",
                                 ["endpoint", "status"], registry=reg)
-        self.finished = Counter("wedlm_requests_finished", "Engine requests finished, by reason.",
+        self.finished = Counter("wedlm_requests_finished", "Engine requests finished, by reason (error: failed).",
                                 ["finish_reason"], registry=reg)
         self.prompt_tokens = Counter("wedlm_prompt_tokens", "Prompt tokens of finished requests.",
                                      registry=reg)

@@ -2,10 +2,18 @@
 
 Prompts are tokenised on the server side (a private copy of the model's tokenizer, so
 the HTTP thread never shares the engine thread's), which gives exact prompt lengths
-for the context checks and for `usage`: a prompt that fills the context, or a
-`max_tokens` that does not fit after the prompt, is a 400 naming the field before the
-engine sees it. Chat messages go through the model's chat template (ChatML for WeDLM)
-with the generation prompt appended, as the library's chat helpers do.
+for the context checks and for `usage`. The checks are the engine's own
+(`wedlm.engine.intake.check_fits`: a prompt must leave room, prompt + max_tokens must
+fit the context), run before the engine sees the request.
+
+Chat messages go through `wedlm.engine.chat.encode_chat`: only the chat template makes
+control tokens; special-token text inside a message stays plain text, `developer` is
+rendered as `system`, and a message the template cannot render is a 400 naming
+`messages`. A raw `/v1/completions` prompt is the caller's whole prompt and is
+tokenized as given, special-token text included (docs/serving.md).
+
+Every refusal, the server's or the engine's, is a `RequestError` whose `param` names the
+field; `refusal` maps it onto the request's own field names.
 """
 
 from __future__ import annotations
@@ -14,6 +22,9 @@ import copy
 import logging
 from typing import Any
 
+from ..engine.chat import encode_chat
+from ..engine.errors import RequestError
+from ..engine.intake import check_fits
 from .errors import APIError, bad_request
 from .schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
 
@@ -45,7 +56,8 @@ class PromptBuilder:
 
     # ----- prompts -----
     def completion_prompts(self, req: CompletionRequest) -> list[list[int]]:
-        """Token ids of each prompt of a completion request."""
+        """Token ids of each prompt of a completion request (special-token text is parsed:
+        the caller owns the whole prompt)."""
         out = []
         for prompt in req.prompts():
             if isinstance(prompt, str):
@@ -54,18 +66,13 @@ class PromptBuilder:
                 ids = self.tokenizer.encode(prompt, add_special_tokens=False)  # as the engine does
             else:
                 ids = self._checked_ids(prompt)
-            out.append(self._fits("prompt", ids))
+            out.append(self._fits(ids))
         return out
 
     def chat_prompt(self, req: ChatCompletionRequest) -> list[int]:
-        """Token ids of the chat template applied to the messages (generation prompt added)."""
-        try:
-            text = self.tokenizer.apply_chat_template(
-                req.chat_messages(), tokenize=False, add_generation_prompt=req.add_generation_prompt)
-        except Exception as err:  # the template raising on a message it does not accept
-            raise bad_request("messages", f"Invalid value for 'messages': chat template failed: {err}") from err
-        ids = self.tokenizer.encode(text, add_special_tokens=False)
-        return self._fits("messages", ids)
+        """Token ids of the chat template applied to the messages (generation prompt added);
+        message contents can never become control tokens (`encode_chat`)."""
+        return self._fits(encode_chat(self.tokenizer, req.chat_messages(), req.add_generation_prompt))
 
     def decode(self, ids: list[int]) -> str:
         """Text of token ids (for `echo`)."""
@@ -79,29 +86,22 @@ class PromptBuilder:
                                         "integers and not empty")
         return list(ids)
 
-    def _fits(self, param: str, ids: list[int]) -> list[int]:
-        if len(ids) >= self.max_model_len:
-            raise bad_request(param, f"Invalid value for '{param}': the prompt is {len(ids)} tokens; "
-                                     f"the model's context is {self.max_model_len} tokens, which must "
-                                     f"leave room for at least one generated token")
+    def _fits(self, ids: list[int]) -> list[int]:
+        check_fits(len(ids), 1, self.max_model_len)
         return ids
 
     # ----- max_tokens -----
     def max_tokens(self, req: SamplingFields, prompt_len: int) -> int:
-        """The request's max_tokens, checked against the room left after the prompt.
+        """The request's max_tokens, checked by the engine's rule (`check_fits`).
 
         Unset: 16 for completions (OpenAI's default), everything left for chat.
         """
         room = self.max_model_len - prompt_len
         chat = isinstance(req, ChatCompletionRequest)
         requested = req.requested_max_tokens() if chat else req.max_tokens
-        param = "max_completion_tokens" if chat and req.max_completion_tokens else "max_tokens"
         if requested is None:
             return room if chat else min(DEFAULT_COMPLETION_TOKENS, room)
-        if requested > room:
-            raise bad_request(param, f"Invalid value for '{param}': {requested} tokens requested but the "
-                                     f"context of {self.max_model_len} tokens leaves {room} after the "
-                                     f"{prompt_len}-token prompt")
+        check_fits(prompt_len, requested, self.max_model_len)
         return requested
 
 
@@ -112,30 +112,26 @@ def sampling_params(factory: Any, req: SamplingFields, max_tokens: int, choice: 
     and its choices are different samples, not n copies of one.
 
     Raises:
-        APIError: 400 when SamplingParams refuses a value; param = the field its message names.
+        RequestError: SamplingParams refused a value (its `param` names the field);
+            a TypeError of the factory becomes one for the body.
     """
     kwargs = req.sampling_kwargs(max_tokens)
     if choice and kwargs.get("seed") is not None:
         kwargs["seed"] = kwargs["seed"] + choice
     try:
         return factory(**kwargs)
-    except (ValueError, TypeError) as err:
-        raise bad_request(param_in(str(err), list(kwargs)), f"Invalid request: {err}") from err
+    except TypeError as err:
+        raise RequestError("body", str(err)) from err
 
 
-def param_in(message: str, fields: list[str], default: str = "body") -> str:
-    """The longest field name that appears in an engine error message (its `param`)."""
-    named = [name for name in fields if name in message]
-    if named:
-        return max(named, key=len)
-    if "prompt" in message or "context" in message:
-        return "prompt"
-    return default
-
-
-def engine_refusal(err: Exception, chat: bool, fields: list[str]) -> APIError:
-    """A 400 for a ValueError raised by `LLM.add_request` (e.g. a prompt over a limit)."""
-    param = param_in(str(err), fields)
-    if param == "prompt" and chat:
-        param = "messages"
+def refusal(err: ValueError, req: SamplingFields) -> APIError:
+    """The 400 for a refused request: `err.param` (a `RequestError`'s; "body" for another
+    ValueError) in the request's own terms: "prompt" is "messages" for chat, and
+    "max_tokens" is "max_completion_tokens" when the client used that name."""
+    param = getattr(err, "param", None) or "body"
+    if isinstance(req, ChatCompletionRequest):
+        if param == "prompt":
+            param = "messages"
+        elif param == "max_tokens" and req.max_completion_tokens is not None:
+            param = "max_completion_tokens"
     return bad_request(param, f"Invalid value for '{param}': {err}")

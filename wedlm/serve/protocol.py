@@ -5,7 +5,7 @@ chunks too, as OpenAI does); chat uses `chat.completion` / `chat.completion.chun
 first chunk with `delta.role`, content chunks, and a final chunk with an empty delta and
 the `finish_reason`. Streams end with `data: [DONE]`. `usage` carries OpenAI's token
 counts plus WeDLM's `decode_forwards`, `tokens_per_forward` and `p_cache`
-(wedlm-facts.md section 5), aggregated over the choices.
+(docs/method.md, "Metrics"), aggregated over the choices.
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-DECODINGS = ("wedlm", "ar", "blockwise", "verified")
+from ..engine.defaults import DECODERS
+
 MAX_N = 16
 MAX_STOP_STRINGS = 4
 
@@ -35,7 +36,7 @@ class SamplingFields(BaseModel):
     model: str | None = None
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_p: float | None = Field(default=None, ge=0.0, le=1.0)  # 0: only the most likely token
     top_k: int | None = Field(default=None, ge=-1)
     n: int = Field(default=1, ge=1, le=MAX_N)
     stream: bool = False
@@ -44,7 +45,7 @@ class SamplingFields(BaseModel):
     stop_token_ids: list[int] | None = None
     seed: int | None = None
     user: str | None = None
-    # WeDLM knobs (wedlm-facts.md section 4): decoding strategy, window W, tau, lambda.
+    # WeDLM knobs (docs/method.md, "Streaming parallel decoding"): decoding strategy, window W, tau, lambda.
     decoding: str | None = None
     window_size: int | None = Field(default=None, ge=1)
     wedlm_entropy_threshold: float | None = Field(default=None, ge=0.0)
@@ -65,8 +66,8 @@ class SamplingFields(BaseModel):
     @field_validator("decoding")
     @classmethod
     def _known_decoding(cls, value: str | None) -> str | None:
-        if value is not None and value not in DECODINGS:
-            raise ValueError(f"must be one of {', '.join(DECODINGS)}; got {value!r}")
+        if value is not None and value not in DECODERS:
+            raise ValueError(f"must be one of {', '.join(DECODERS)}; got {value!r}")
         return value
 
     @field_validator("stop")
@@ -146,7 +147,8 @@ class TextPart(BaseModel):
 
 
 class ChatMessage(BaseModel):
-    """One chat turn; `content` is a string or a list of text parts."""
+    """One chat turn; `content` is a string or a list of text parts. `developer` is OpenAI's
+    name for `system` and is rendered as one (`wedlm.engine.chat`)."""
 
     model_config = ConfigDict(extra="allow")
     role: Literal["system", "developer", "user", "assistant", "tool"]
