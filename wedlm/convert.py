@@ -5,8 +5,8 @@ gets `model_type: "wedlm"`, the attention-style flags (`attention_bias`,
 `qk_norm`) its family implies, and `mask_token_id`; the tokenizer gets the
 `<|mask|>` special token when it lacks one (its id must fall inside the
 embedding, e.g. one of Qwen's reserved rows). Weight files are copied byte for
-byte: WeDLM changes no parameter (wedlm-facts.md section 1); training then
-starts from the AR weights (section 3).
+byte: WeDLM changes no parameter (docs/method.md, "The model and its checkpoint");
+training then starts from the AR weights (docs/method.md, "Training").
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Stop ids follow what the released WeDLM/Qwen checkpoints use: the
 `eos_token_id` of generation_config.json (or config.json, or the tokenizer),
 plus `<|im_end|>` and `<|endoftext|>` when the vocabulary has them
-(wedlm-facts.md section 1).
+(docs/method.md, "The model and its checkpoint").
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Invariant 4: engine `ar` greedy equals transformers `generate(do_sample=False)` token for token."""
+"""Invariant 4 (docs/invariants.md): engine `ar` greedy equals transformers
+`generate(do_sample=False)` token for token."""
 
 import pytest
 import torch

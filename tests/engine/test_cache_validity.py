@@ -1,4 +1,5 @@
-"""Invariant 3: after every step of every decoder, cached rows equal a fresh prefill's K/V.
+"""Invariant 3 (docs/invariants.md): after every step of every decoder, cached rows equal a
+fresh prefill's K/V.
 
 All four decoders run in one batch (plus an aggressive-tau WeDLM request that
 fills several masks per step and the official argmin fallback), and after each

@@ -1,4 +1,5 @@
-"""The fused inference fast path gives the reference model's logits (style principle 7)."""
+"""The fused inference fast path gives the reference model's logits
+(docs/invariants.md, "Fast paths agree with their reference")."""
 
 import pytest
 import torch

@@ -1,4 +1,5 @@
-"""Invariants 6 and 8: batch invariance (alone / batch of 8 / prefix hit / preempted) and no lost blocks."""
+"""Invariants 6 and 8 (docs/invariants.md): batch invariance (alone / batch of 8 / prefix hit /
+preempted) and no lost blocks."""
 
 import pytest
 

@@ -1,4 +1,5 @@
-"""Invariant 5: `verified` greedy equals `ar` greedy; sampled verification keeps the AR distribution."""
+"""Invariant 5 (docs/invariants.md): `verified` greedy equals `ar` greedy; sampled verification
+keeps the AR distribution."""
 
 import pytest
 import torch

@@ -1,4 +1,5 @@
-"""Invariant 1: our logits equal transformers' on the same random checkpoint (fp32, < 1e-4)."""
+"""Invariant 1 (docs/invariants.md): our logits equal transformers' on the same random checkpoint
+(fp32, < 1e-4)."""
 
 import pytest
 import torch

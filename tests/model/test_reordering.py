@@ -1,5 +1,6 @@
-"""Invariant 2: Topological Reordering under a causal mask equals the logical-order forward
-with the equivalent explicit visibility mask (wedlm-facts.md section 2)."""
+"""Invariant 2 (docs/invariants.md): Topological Reordering under a causal mask equals the logical-order forward
+with the equivalent explicit visibility mask (docs/method.md, "Topological reordering";
+docs/invariants.md, "Reordering")."""
 
 import pytest
 import torch

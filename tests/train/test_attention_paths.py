@@ -1,4 +1,5 @@
-"""Fast attention paths give the dense-mask reference's logits (style principle 7).
+"""Fast attention paths give the dense-mask reference's logits
+(docs/invariants.md, "Fast paths agree with their reference").
 
 The chunked SDPA path (CPU default) and the FlexAttention path (GPU fast path,
 unfused on CPU) are compared with `DenseAttention` on the dual-stream mask.

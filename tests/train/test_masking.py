@@ -1,6 +1,7 @@
-"""Dual-stream batch builder vs a slow reference written straight from the rules (invariant 7).
+"""Dual-stream batch builder vs a slow reference written straight from the rules
+(docs/invariants.md, "Dual-stream mask").
 
-Rules (wedlm-facts.md section 3), restricted to one document of a packed row:
+Rules (docs/method.md, "Training"; docs/invariants.md, "Dual-stream mask"), restricted to one document of a packed row:
 memory slot at position p sees memory slots at positions <= p; a prediction slot
 in block k sees memory slots at positions < start(k) and the prediction slots of
 block k placed before it (itself included); blocks are reordered observed-first.

@@ -3,7 +3,7 @@
 Also home of the engine and sampling options shared by `wedlm chat` and `wedlm serve`
 (`add_engine_args`, `add_sampling_args`, `build_llm`, `sampling_params_from_args`), so
 every command spells the knobs the same way: `--decoding`, `--window-size` (W),
-`--threshold` (tau), `--penalty` (lambda), wedlm-facts.md section 4. Options left unset
+`--threshold` (tau), `--penalty` (lambda), docs/method.md "Streaming parallel decoding". Options left unset
 keep the library's defaults.
 """
 

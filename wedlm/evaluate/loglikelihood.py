@@ -15,7 +15,7 @@ pair alone in its own causal forward (a test pins it). Rows are batched under
 a token budget and logits are computed only at the scored rows.
 
 Which distribution: the logits of an ordinary token at position p predict the
-token at p+1 (the AR head; wedlm-facts.md section 1). For a WeDLM checkpoint the
+token at p+1 (the AR head; docs/method.md, "The model and its checkpoint"). For a WeDLM checkpoint the
 [MASK] column is excluded before the softmax, as in every decoder of the
 engine, so these are the probabilities of the distribution greedy and sampled
 decoding draw from.

@@ -5,7 +5,7 @@ metadata object that carries the visibility rule and, for inference, the paged
 KV cache. Two kinds exist:
 
 * `DenseAttention`: inputs shaped [batch, seq]; an arbitrary boolean visibility
-  mask (training's dual-stream mask, architecture.md invariant 7) or plain
+  mask (training's dual-stream mask, docs/invariants.md "Dual-stream mask") or plain
   causal attention. No cache.
 * `PagedAttention`: inputs flattened to [num_tokens] over a batch of sequences;
   each sequence's new tokens are written to its KV blocks (slot mapping) and

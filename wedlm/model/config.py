@@ -1,7 +1,7 @@
 """Model configuration read from a Hugging Face `config.json`.
 
 One dataclass covers the three checkpoint families the engine loads
-(wedlm-facts.md section 1):
+(docs/method.md, "The model and its checkpoint"):
 
 * `qwen2`  - Qwen2.5 style: bias on q/k/v projections, no q/k norm;
 * `qwen3`  - Qwen3 style: no bias, per-head RMSNorm on q and k before RoPE;
@@ -67,7 +67,7 @@ class RopeConfig:
 
 @dataclass(slots=True)
 class ModelConfig:
-    """Shape and style of a Qwen-family causal decoder (wedlm-facts.md section 1).
+    """Shape and style of a Qwen-family causal decoder (docs/method.md, "The model and its checkpoint").
 
     Raises:
         ConfigError: on an unknown `model_type`, an unsupported `rope_scaling`,

@@ -1,7 +1,7 @@
 """Building blocks of the Qwen-family decoder: RMSNorm, rotary embedding, SwiGLU MLP.
 
 RoPE takes explicit *logical* position ids of any order: Topological Reordering
-(wedlm-facts.md section 2, paper Eq. 5-6) moves tokens physically while their
+(docs/method.md, "Topological reordering"; paper Eq. 5-6) moves tokens physically while their
 rotary phase keeps their logical position.
 """
 

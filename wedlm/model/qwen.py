@@ -1,4 +1,4 @@
-"""The Qwen-family causal decoder that WeDLM runs unmodified (wedlm-facts.md section 1).
+"""The Qwen-family causal decoder that WeDLM runs unmodified (docs/method.md, "The model and its checkpoint").
 
 Plain PyTorch. Module names are the checkpoint's contract (`model.layers.N.self_attn.q_proj`
 and so on), so a HF state dict loads without renaming. `forward` takes token ids,
@@ -94,7 +94,7 @@ class QwenForCausalLM(nn.Module):
 
     The same network serves AR and WeDLM decoding: logits at an ordinary token at
     logical position p predict the token at p+1; logits at a [MASK] slot at
-    position p predict the token at p (wedlm-facts.md section 1).
+    position p predict the token at p (docs/method.md, "The model and its checkpoint").
     """
 
     def __init__(self, config: ModelConfig) -> None:
