@@ -216,3 +216,16 @@ def test_loglikelihood_refuses_tensor_parallel_engines(lm):
     tp = WeDLMLM(pretrained="unused", llm=FakeLLM())
     with pytest.raises(NotImplementedError, match="tensor_parallel_size=1"):
         tp.loglikelihood([Instance("loglikelihood", {}, ("Q:", " A"), 0)], disable_tqdm=True)
+
+
+def test_long_contexts_are_cut_from_the_left(ckpt_factory):
+    path = ckpt_factory("lm-eval-tiny", wedlm=True, tokenizer=True, vocab_size=260)
+    small = WeDLMLM(pretrained=str(path), decoding="ar", device="cpu", max_model_len=64, max_gen_toks=8)
+    context = "x" * 200  # 200 byte tokens: only the last 56 fit beside 8 new ones
+    [text] = small.generate_until([Instance("generate_until", {}, (context, {"until": []}), 0)], disable_tqdm=True)
+    assert small.decode_stats()["generation"]["decode_tokens"] <= 8
+    cut = small.llm.generate([small.tok_encode(context)[-56:]], SamplingParams(temperature=0.0, max_tokens=8,
+                                                                              decoding="ar"))[0]["text"]
+    assert text == cut
+    with pytest.raises(ValueError, match="max_gen_toks=64 leaves no room for a prompt within max_model_len=64"):
+        small.generate_until([Instance("generate_until", {}, ("hi", {"max_gen_toks": 64}), 0)])
