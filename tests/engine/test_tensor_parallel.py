@@ -162,3 +162,15 @@ def test_greedy_tokens_match_one_process_for_every_decoder(pair):
     assert [o["token_ids"] for o in again] == [o["token_ids"] for o in want[4:]]
     assert tp.metrics()["prefix_cache_hit_tokens"] > hits_before
     assert tp.metrics()["kv_blocks_free"] == 24
+
+
+def test_a_direct_forward_of_rank_0s_shard_is_refused_and_the_engine_still_works(pair):
+    """Forwards outside the runner would wait forever in an all-reduce: refused at once."""
+    from wedlm.model import DenseAttention
+
+    ref, tp = pair
+    ids = torch.tensor([[1, 2, 3]])
+    with pytest.raises(RuntimeError, match="only in lockstep with the other ranks"):
+        tp.engine.model(ids, torch.arange(3)[None], DenseAttention())
+    p = SamplingParams(temperature=0, max_tokens=5, ignore_eos=True, decoding="ar")
+    assert tp.generate([BATCH[3]], p)[0]["token_ids"] == ref.generate([BATCH[3]], p)[0]["token_ids"]

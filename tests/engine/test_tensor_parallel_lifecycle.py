@@ -11,6 +11,7 @@ starts cleanly and the rendezvous port is released.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -80,6 +81,27 @@ def test_a_killed_worker_is_a_clear_error_and_the_next_engine_starts(ckpt_factor
     assert len(again.generate([[1, 2, 3]], AR)[0]["token_ids"]) == 4
     again.close()
     assert all(gone(p) for p in worker_pids(again))
+
+
+def test_a_worker_that_fails_to_load_is_an_error_naming_it_and_leaves_no_process(ckpt_factory, tmp_path,
+                                                                                 monkeypatch):
+    """Rank 0 has loaded when the file goes bad; rank 1's CheckpointError reaches the caller."""
+    import wedlm.engine.parallel.runner as tp_runner
+
+    path = tmp_path / "ckpt"
+    shutil.copytree(ckpt_factory("tp_qwen3", **QWEN3), path)
+    real = tp_runner.WorkerGroup
+
+    def corrupt_then_start(spec, *args, **kwargs):
+        (path / "model.safetensors").write_bytes(b"not a safetensors file")
+        return real(spec, *args, **kwargs)
+
+    monkeypatch.setattr(tp_runner, "WorkerGroup", corrupt_then_start)
+    before = {c.pid for c in psutil.Process().children(recursive=True)}
+    with pytest.raises(RuntimeError, match=r"tensor-parallel rank 1 failed while loading: CheckpointError: .*"
+                                           r"model.safetensors"):
+        LLM(str(path), tensor_parallel_size=2, **ENGINE)
+    assert {c.pid for c in psutil.Process().children(recursive=True)} == before
 
 
 def test_a_failure_on_rank_0_mid_forward_stops_every_rank(ckpt_factory):

@@ -15,6 +15,7 @@ import torch
 from ...model import QwenForCausalLM
 from ..runner import ForwardItem, ForwardOutput, ModelRunner
 from .launcher import WorkerGroup
+from .sharding import lockstep
 from .worker import WorkerSpec
 
 DEFAULT_TIMEOUT_S = 600.0
@@ -69,7 +70,8 @@ class TensorParallelRunner(ModelRunner):
         batch = self.prepare(items)
         self.workers.begin_step(items)
         try:
-            out = self.execute(items, batch)
+            with lockstep(self.model):
+                out = self.execute(items, batch)
         except BaseException as err:  # the ranks may be mid-collective: the group cannot continue
             dead = self.workers.fail(err)
             if isinstance(err, Exception):

@@ -23,6 +23,8 @@ table both the swap and the per-rank checkpoint reader (`loading.py`) use.
 from __future__ import annotations
 
 import numbers
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -112,8 +114,13 @@ class VocabParallelEmbedding(nn.Embedding):
     """
 
     vocab_start: int = 0
+    lockstep: bool = False  # True while every rank runs this forward (see `lockstep`)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if not self.lockstep:
+            raise RuntimeError("this is one rank's shard of a tensor-parallel model: it runs forwards only in "
+                               "lockstep with the other ranks, through the engine's runner (a direct call would "
+                               "wait in its first all-reduce)")
         local = ids - self.vocab_start
         outside = (local < 0) | (local >= self.num_embeddings)
         out = F.embedding(local.masked_fill(outside, 0), self.weight)
@@ -135,6 +142,17 @@ class ParallelLMHead(nn.Linear):
         parts = [torch.empty_like(local) for _ in range(dist.get_world_size())]
         dist.all_gather(parts, local)
         return torch.cat(parts, dim=-1)
+
+
+@contextmanager
+def lockstep(model: QwenForCausalLM) -> Iterator[None]:
+    """Allow forwards of a sharded model inside the block (every rank runs the same forward)."""
+    embed = model.model.embed_tokens
+    embed.lockstep = True
+    try:
+        yield
+    finally:
+        embed.lockstep = False
 
 
 def _narrow(param: nn.Parameter, piece: ShardSlice | None) -> nn.Parameter:

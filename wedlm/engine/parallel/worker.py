@@ -96,6 +96,7 @@ def main(spec: WorkerSpec, rank: int, report) -> None:
         torch.cuda.set_device(device)
     model = load_model_shard(spec.model, spec.dtype, device, rank, spec.world_size)
     runner = ModelRunner(model, spec.num_blocks, spec.block_size, spec.fast_path)
+    model.model.embed_tokens.lockstep = True  # a worker runs nothing but rank 0's lockstep forwards
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     report({"event": "ready", "rank": rank, "pid": os.getpid(), "param_bytes": param_bytes,
             "kv_bytes": runner.kv_cache.nbytes()})
