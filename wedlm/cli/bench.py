@@ -12,7 +12,7 @@ import shlex
 import sys
 
 from ..engine.defaults import DEFAULT_ENTROPY_THRESHOLD
-from .main import add_runtime_args, apply_threads, default_model
+from .options import add_runtime_args, apply_threads, default_model
 
 EXAMPLES = """examples:
   wedlm bench --quick                      # about a minute on a laptop CPU

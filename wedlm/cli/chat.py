@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
-from .generate import (
+from .options import (
     add_engine_args,
     add_sampling_args,
     chat_prompt,

@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .main import add_runtime_args, apply_threads, default_model
+from .options import add_runtime_args, apply_threads, default_model
 
 TASKS_HELP = ("comma-separated: counting, sequence, arithmetic, equation (held-out synthetic suites), "
               "humaneval, gsm8k (needs --gsm8k-file), math (needs --math-file), "

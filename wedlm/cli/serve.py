@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from .generate import add_engine_args
+from .options import add_engine_args
 
 EXAMPLES = """examples:
   wedlm serve --port 8000                      # the shipped model, web chat at http://127.0.0.1:8000/
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
     from wedlm.serve import create_app
 
-    from .generate import load_llm
+    from .options import load_llm
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     llm = load_llm(args, "serve")

@@ -1,0 +1,157 @@
+"""Command-line options shared by the `wedlm` sub-commands, defined once.
+
+Every command spells the knobs the same way: the engine options (`--model`,
+`--window-size` W, `--max-model-len`, `--device`, `--dtype`, ...), the sampling
+options (`--decoding`, `--threshold` tau, `--penalty` lambda, `--temperature`,
+...; docs/method.md, "Streaming parallel decoding") and the runtime options of
+the measuring commands (`--threads`). Unset options keep the library's defaults
+(`wedlm/engine/defaults.py`). Also the helpers that turn them into an `LLM` and
+`SamplingParams`, the chat prompt and the one-line stats summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..engine.defaults import DECODERS, DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY
+
+DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "models" / "wedlm-tiny"
+
+
+def default_model() -> str:
+    """The shipped tiny WeDLM model (models/wedlm-tiny in the repository)."""
+    return str(DEFAULT_MODEL)
+
+
+def add_device_args(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """--device and --dtype, the same for every command."""
+    parser.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default: %(default)s)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                        help="weights and activations dtype (default: %(default)s)")
+
+
+def add_runtime_args(parser: argparse.ArgumentParser) -> None:
+    """--device, --dtype and --threads, shared by the measuring commands (bench, eval)."""
+    add_device_args(parser)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (default: torch's; 1 is fastest on a busy machine)")
+
+
+def apply_threads(args: argparse.Namespace) -> None:
+    """Set torch's CPU thread count from --threads when given."""
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+
+
+def add_engine_args(parser: argparse.ArgumentParser) -> None:
+    """Options that build the `LLM` (model folder, device, limits, window)."""
+    group = parser.add_argument_group("engine")
+    group.add_argument("--model", default=default_model(),
+                       help="model folder (HF config.json + safetensors + tokenizer); default: the shipped %(default)s")
+    group.add_argument("--window-size", type=int, default=None, metavar="W",
+                       help="WeDLM decoding window W (slots decoded in parallel); default: the engine's (16)")
+    group.add_argument("--max-model-len", type=int, default=None, metavar="N",
+                       help="context length (prompt + generated tokens); default: the model's")
+    group.add_argument("--max-num-seqs", type=int, default=None, metavar="N",
+                       help="most requests in one continuous batch; default: the engine's")
+    group.add_argument("--kv-block-size", type=int, default=None, metavar="N",
+                       help="tokens per paged KV-cache block; default: the engine's")
+    add_device_args(group)
+    group.add_argument("--tensor-parallel-size", type=int, default=None, metavar="N",
+                       help="split the weights across N ranks (N GPUs from --device's index, or N CPU "
+                            "processes); default: 1")
+
+
+def add_sampling_args(parser: argparse.ArgumentParser, max_tokens: int | None = None) -> None:
+    """Options that build the `SamplingParams` of each request."""
+    group = parser.add_argument_group("sampling and decoding")
+    group.add_argument("--decoding", choices=DECODERS, default=None,
+                       help="decoding strategy: wedlm (streaming parallel, default), ar (one token per forward), "
+                            "blockwise (stop-and-wait blocks), verified (lossless, equals ar when greedy)")
+    group.add_argument("--threshold", type=float, default=None, metavar="TAU",
+                       help="entropy threshold tau: masks with distance-adjusted entropy below it are filled each "
+                            "step (higher = more tokens per forward); "
+                            f"default: the model's or {DEFAULT_ENTROPY_THRESHOLD}")
+    group.add_argument("--penalty", type=float, default=None, metavar="LAMBDA",
+                       help="position penalty lambda added per slot of distance from the leftmost mask; "
+                            f"default: the model's or {DEFAULT_POS_PENALTY}")
+    group.add_argument("--temperature", type=float, default=None,
+                       help="0 = greedy; default: the library's (0.2)")
+    group.add_argument("--top-p", type=float, default=None, help="nucleus sampling mass in [0, 1] (0 = only the most likely token)")
+    group.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens (0 = off)")
+    group.add_argument("--max-tokens", type=int, default=max_tokens,
+                       help="most tokens to generate" + (" (default: %(default)s)" if max_tokens else
+                                                          "; default: the library's (64)"))
+    group.add_argument("--stop", action="append", default=None, metavar="TEXT",
+                       help="stop string (repeatable); the text ends before it")
+    group.add_argument("--seed", type=int, default=None, help="per-request sampling seed")
+    group.add_argument("--ignore-eos", action="store_true", help="keep generating past the model's stop tokens")
+
+
+def build_llm(args: argparse.Namespace) -> Any:
+    """`wedlm.LLM` from the engine options; unset ones keep the engine's defaults."""
+    from wedlm import LLM
+
+    kwargs: dict[str, Any] = {"model": args.model, "device": args.device, "dtype": args.dtype}
+    optional = {"wedlm_window_size": args.window_size, "max_model_len": args.max_model_len,
+                "max_num_seqs": args.max_num_seqs, "kv_block_size": args.kv_block_size,
+                "tensor_parallel_size": args.tensor_parallel_size}
+    kwargs.update({k: v for k, v in optional.items() if v is not None})
+    return LLM(**kwargs)
+
+
+def load_llm(args: argparse.Namespace, command: str) -> Any | None:
+    """`build_llm`, or None after printing `wedlm COMMAND: error: ...` for a missing or bad
+    model folder or a bad engine option (no traceback)."""
+    from wedlm.model.loader import CheckpointError
+
+    try:
+        return build_llm(args)
+    except (OSError, ValueError, CheckpointError) as err:
+        print(f"wedlm {command}: error: {err}", file=sys.stderr)
+        return None
+
+
+def sampling_params_from_args(args: argparse.Namespace) -> Any:
+    """`wedlm.SamplingParams` from the sampling options (ValueError names a bad field)."""
+    from wedlm import SamplingParams
+
+    fields = {"decoding": args.decoding, "wedlm_entropy_threshold": args.threshold,
+              "wedlm_pos_penalty_factor": args.penalty, "temperature": args.temperature,
+              "top_p": args.top_p, "top_k": args.top_k, "max_tokens": args.max_tokens,
+              "stop": args.stop, "seed": args.seed}
+    kwargs = {k: v for k, v in fields.items() if v is not None}
+    if args.ignore_eos:
+        kwargs["ignore_eos"] = True
+    return SamplingParams(**kwargs)
+
+
+def chat_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    """Token ids of the chat template applied to `messages`, ending with the assistant's turn
+    header; message text never becomes control tokens (`wedlm.engine.chat.encode_chat`).
+
+    Raises:
+        ValueError: the model folder has no tokenizer or no chat template, or the template
+            cannot render a message.
+    """
+    from wedlm.engine.chat import encode_chat
+
+    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+        raise ValueError("the model folder has no tokenizer chat template; drop --chat or add one")
+    return encode_chat(tokenizer, messages)
+
+
+def format_stats(stats: dict | None, seconds: float | None = None) -> str:
+    """One line: tokens, forwards, tokens/forward, p_cache and tok/s of a finished request."""
+    stats = stats or {}
+    tokens = stats.get("decode_tokens", 0)
+    line = (f"{tokens} tokens · {stats.get('decode_forwards', 0)} forwards · "
+            f"{stats.get('tokens_per_forward', 0.0):.2f} tokens/forward · p_cache {stats.get('p_cache', 0.0):.3f}")
+    if seconds:
+        line += f" · {tokens / seconds:.1f} tok/s"
+    return line
