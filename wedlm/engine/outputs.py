@@ -7,6 +7,7 @@ Eq. 4; docs/method.md, "Metrics") so that every result, not only a global counte
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 
@@ -87,3 +88,43 @@ class RequestStats:
         out["p_cache"] = self.p_cache
         out["decode_tokens_per_s"] = self.decode_tokens_per_s
         return out
+
+
+def sum_stats(stats: Iterable[dict | None]) -> dict:
+    """Totals of many requests' `RequestStats.to_dict()`s, ratios taken of the sums (Eq. 4).
+
+    Averaging per-request ratios would weigh a 3-token answer like a 600-token one; the
+    paper's tokens per forward and p_cache of a workload are ratios of sums.
+
+    Args:
+        stats: per-request stats dicts (None entries, e.g. a request that never started,
+            count as nothing). A dict without `fed_tokens` contributes
+            decode_tokens / p_cache when it has a p_cache.
+
+    Returns:
+        {"requests", "decode_tokens", "decode_forwards", "fed_tokens",
+         "prefix_cache_hit_tokens", "tokens_per_forward" (0.0 without forwards),
+         "p_cache" (1.0 when nothing was fed: no recomputation happened)}.
+    """
+    rows = [s for s in stats if s]
+    n_gen = sum(int(s.get("decode_tokens") or 0) for s in rows)
+    forwards = sum(int(s.get("decode_forwards") or 0) for s in rows)
+    fed = sum(_fed_tokens(s) for s in rows)
+    return {
+        "requests": len(rows),
+        "decode_tokens": n_gen,
+        "decode_forwards": forwards,
+        "fed_tokens": fed,
+        "prefix_cache_hit_tokens": sum(int(s.get("prefix_cache_hit_tokens") or 0) for s in rows),
+        "tokens_per_forward": n_gen / forwards if forwards else 0.0,
+        "p_cache": n_gen / fed if fed else 1.0,
+    }
+
+
+def _fed_tokens(s: dict) -> float:
+    """N_fwd of one request: `fed_tokens` when reported, else decode_tokens / p_cache."""
+    if s.get("fed_tokens"):
+        return float(s["fed_tokens"])
+    if s.get("p_cache") and s.get("decode_tokens"):
+        return int(s["decode_tokens"]) / float(s["p_cache"])
+    return 0.0

@@ -14,6 +14,8 @@ from __future__ import annotations
 from statistics import mean
 from typing import Iterable
 
+from ..engine.outputs import sum_stats
+
 
 def aggregate(stats: Iterable[dict], wall_s: float) -> dict:
     """One metrics row from per-request stats dicts (engine `stats` layout).
@@ -23,30 +25,21 @@ def aggregate(stats: Iterable[dict], wall_s: float) -> dict:
         wall_s: wall-clock seconds of the whole run (prefill included).
     Returns:
         {requests, decode_tokens, decode_forwards, tokens_per_forward, p_cache, wall_s,
-         tokens_per_s, ttft_s (mean), ttft_max_s}.
+         tokens_per_s, ttft_s (mean), ttft_max_s}; the sums and ratios are
+         `wedlm.engine.outputs.sum_stats`'.
     """
     stats = list(stats)
-    n_gen = sum(int(s.get("decode_tokens", 0)) for s in stats)
-    forwards = sum(int(s.get("decode_forwards", 0)) for s in stats)
-    fed = sum(_fed_tokens(s) for s in stats)
+    totals = sum_stats(stats)
+    n_gen = totals["decode_tokens"]
     ttfts = [float(s["ttft_s"]) for s in stats if s.get("ttft_s") is not None]
     return {
         "requests": len(stats),
         "decode_tokens": n_gen,
-        "decode_forwards": forwards,
-        "tokens_per_forward": n_gen / forwards if forwards else 0.0,
-        "p_cache": n_gen / fed if fed else 1.0,
+        "decode_forwards": totals["decode_forwards"],
+        "tokens_per_forward": totals["tokens_per_forward"],
+        "p_cache": totals["p_cache"],
         "wall_s": wall_s,
         "tokens_per_s": n_gen / wall_s if wall_s > 0 else 0.0,
         "ttft_s": mean(ttfts) if ttfts else None,
         "ttft_max_s": max(ttfts) if ttfts else None,
     }
-
-
-def _fed_tokens(s: dict) -> float:
-    """N_fwd of one request: `fed_tokens` when reported, else N_gen / p_cache."""
-    if s.get("fed_tokens"):
-        return float(s["fed_tokens"])
-    if s.get("p_cache") and s.get("decode_tokens"):
-        return int(s["decode_tokens"]) / float(s["p_cache"])
-    return 0.0

@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..engine.outputs import sum_stats
+
 DONE = "data: [DONE]\n\n"
 
 
@@ -99,22 +101,12 @@ def usage(prompt_lengths: list[int], states: list[ChoiceState]) -> dict[str, Any
     """OpenAI usage plus WeDLM decode metrics over all choices.
 
     `tokens_per_forward` = completion tokens / decode forwards; `p_cache` = generated
-    tokens / tokens fed through decode forwards (Eq. 4), summed over the choices'
-    `fed_tokens` (or recovered as decode tokens / p_cache when a result lacks it).
+    tokens / tokens fed through decode forwards (Eq. 4); the forwards, fed tokens and
+    prefix-cache hits are the engine's `sum_stats` over the choices' stats.
     """
     completion = sum(len(s.token_ids) for s in states)
-    forwards = 0
-    fed = 0.0
-    hits = 0
-    for state in states:
-        stats = state.stats or {}
-        forwards += int(stats.get("decode_forwards") or 0)
-        hits += int(stats.get("prefix_cache_hit_tokens") or 0)
-        decoded = stats.get("decode_tokens") or len(state.token_ids)
-        if stats.get("fed_tokens"):
-            fed += stats["fed_tokens"]
-        elif stats.get("p_cache"):
-            fed += decoded / stats["p_cache"]
+    totals = sum_stats(s.stats for s in states)
+    forwards, fed = totals["decode_forwards"], totals["fed_tokens"]
     prompt = sum(prompt_lengths)
     return {
         "prompt_tokens": prompt,
@@ -123,7 +115,7 @@ def usage(prompt_lengths: list[int], states: list[ChoiceState]) -> dict[str, Any
         "decode_forwards": forwards,
         "tokens_per_forward": round(completion / forwards, 4) if forwards else 0.0,
         "p_cache": round(completion / fed, 4) if fed else (1.0 if completion else 0.0),
-        "prefix_cache_hit_tokens": hits,
+        "prefix_cache_hit_tokens": totals["prefix_cache_hit_tokens"],
     }
 
 
