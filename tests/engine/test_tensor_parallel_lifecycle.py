@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import psutil
@@ -66,14 +67,21 @@ def test_del_stops_the_workers_and_releases_the_port(ckpt_factory):
     assert port_is_free(port)
 
 
-def test_a_killed_worker_is_a_clear_error_and_the_next_engine_starts(ckpt_factory):
+@pytest.mark.parametrize("when", ["idle", "mid-generation"])
+def test_a_killed_worker_is_a_clear_error_and_the_next_engine_starts(ckpt_factory, when):
+    """Killed between steps (seen before the broadcast) or during a long generation (seen
+    inside a collective): either way the caller gets the rank and the signal, promptly."""
     llm = small_tp(ckpt_factory)
     pid = worker_pids(llm)[0]
-    os.kill(pid, signal.SIGKILL)
+    long = SamplingParams(temperature=0, max_tokens=80, ignore_eos=True, decoding="wedlm")
+    if when == "idle":
+        os.kill(pid, signal.SIGKILL)
+    else:
+        threading.Timer(0.5, os.kill, (pid, signal.SIGKILL)).start()
     started = time.monotonic()
     with pytest.raises(EngineDeadError, match=rf"rank 1 \(pid {pid}\) was killed by signal 9 \(SIGKILL\)"):
-        llm.generate([[1, 2, 3]], AR)
-    assert time.monotonic() - started < 30
+        llm.generate([[1, 2, 3]] * 4, long)
+    assert (when == "idle" or time.monotonic() - started > 0.5) and time.monotonic() - started < 30
     with pytest.raises(EngineDeadError, match="rank 1"):  # and stays dead
         llm.generate([[1, 2, 3]], AR)
     llm.close()
