@@ -24,11 +24,11 @@ from statistics import median
 from tqdm import tqdm
 
 from wedlm.engine.defaults import DEFAULT_ENTROPY_THRESHOLD
+from wedlm.evaluate.machine import machine_info, machine_line
 from wedlm.evaluate.metrics import aggregate
 from wedlm.evaluate.runner import cut_at_stops, render_prompts
 from wedlm.evaluate.tasks import EvalTask
 
-from .machine import machine_info, machine_line
 from .systems import EngineSystem, SystemSpec, TransformersSystem
 from .tasks import BENCH_TASKS, bench_task
 

@@ -162,7 +162,7 @@ def decode_configs(args: argparse.Namespace) -> list:
 
 def run(args: argparse.Namespace) -> int:
     from wedlm import LLM
-    from wedlm.bench.machine import machine_info, machine_line
+    from wedlm.evaluate.machine import machine_info, machine_line
     from wedlm.evaluate.runner import evaluate
 
     apply_threads(args)

@@ -1,7 +1,8 @@
-"""The machine and software versions a benchmark ran on, as a dict and as one line.
+"""The machine and software versions a measurement ran on, as a dict and as one line.
 
 Why: a tokens/s figure means nothing without the CPU/GPU, thread count and
-library versions beside it; every bench JSON and markdown report carries this.
+library versions beside it; every `wedlm eval` and `wedlm bench` report carries this
+(it lives in `evaluate`, the base that `bench` builds on).
 """
 
 from __future__ import annotations
