@@ -114,16 +114,18 @@ def test_simple_evaluate_on_local_tasks(lm, tmp_path):
     assert stats["loglikelihood"]["requests"] == sum(len(r["choices"]) for r in MC)
 
 
-def test_rolling_loglikelihood_is_the_documents_logprob(lm):
-    text = "Count from 3 to 9: 3, 4, 5, 6, 7, 8, 9"
-    [total] = lm.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (text,), 0)])
-    ids = [lm.eot_token_id] + lm.tok_encode(text)
+def test_rolling_loglikelihood_is_each_documents_logprob(lm):
+    texts = ["Count from 3 to 9: 3, 4, 5, 6, 7, 8, 9", "Sort the list: Zoe, Max."]
+    totals = lm.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (t,), i) for i, t in enumerate(texts)])
     model = lm.llm.engine.model
-    with torch.inference_mode():
-        logits = model(torch.tensor([ids[:-1]]), torch.arange(len(ids) - 1)[None], DenseAttention())[0].float()
-        logits[:, lm.llm.engine.mask_token_id] = float("-inf")
-    want = torch.log_softmax(logits, -1).gather(1, torch.tensor(ids[1:])[:, None]).sum().item()
-    assert total == pytest.approx(want, abs=1e-3)
+    for text, total in zip(texts, totals):
+        ids = [lm.eot_token_id] + lm.tok_encode(text)
+        with torch.inference_mode():
+            logits = model(torch.tensor([ids[:-1]]), torch.arange(len(ids) - 1)[None], DenseAttention())[0].float()
+            logits[:, lm.llm.engine.mask_token_id] = float("-inf")
+        want = torch.log_softmax(logits, -1).gather(1, torch.tensor(ids[1:])[:, None]).sum().item()
+        assert total == pytest.approx(want, abs=1e-3)
+    assert totals[0] != pytest.approx(totals[1], abs=1e-3)
 
 
 @pytest.mark.parametrize("n, max_len", [(1, 4), (7, 4), (8, 4), (23, 8), (5, 16)])

@@ -187,10 +187,12 @@ class WeDLMLM(TemplateLM):
             pieces = rolling_requests(self.tok_encode(req.args[0]), self.prefix_token_id, self.max_length)
             windows += pieces
             owners += [i] * len(pieces)
-        results = self._score(windows, not disable_tqdm)
+        per_request: list[list] = [[] for _ in requests]
+        for owner, result in zip(owners, self._score(windows, not disable_tqdm)):
+            per_request[owner].append(result)
         out = []
-        for i, req in enumerate(requests):
-            total = sum_rolling(r for r, owner in zip(results, owners) if owner == i)
+        for req, results in zip(requests, per_request):
+            total = sum_rolling(results)
             self.cache_hook.add_partial("loglikelihood_rolling", req.args, total)
             out.append(total)
         return out
