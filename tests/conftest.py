@@ -19,3 +19,10 @@ def ckpt_factory(tmp_path_factory):
         return cache[name]
 
     return make
+
+
+@pytest.fixture(scope="session")
+def tiny_wedlm(ckpt_factory):
+    """The one tiny random WeDLM checkpoint the engine, serving and CLI tests share: Qwen3 style,
+    byte tokenizer with ChatML (vocabulary 256, [MASK] = 255), seed 0."""
+    return ckpt_factory("tiny_wedlm", family="qwen3", wedlm=True, tokenizer=True, seed=0)

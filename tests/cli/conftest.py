@@ -4,9 +4,9 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def cli_model(ckpt_factory):
-    """Folder of a tiny random WeDLM (Qwen3 style) loadable end to end."""
-    return ckpt_factory("cli_tiny_wedlm", family="qwen3", wedlm=True, tokenizer=True)
+def cli_model(tiny_wedlm):
+    """Folder of the shared tiny random WeDLM (tests/conftest.py), loadable end to end."""
+    return tiny_wedlm
 
 
 @pytest.fixture(scope="session")

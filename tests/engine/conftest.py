@@ -1,14 +1,12 @@
-"""Engine fixtures: one tiny WeDLM checkpoint (byte tokenizer, mask id 255) and one LLM per session."""
+"""Engine fixtures: the shared tiny WeDLM checkpoint (tests/conftest.py) and one LLM per session."""
 
 import pytest
 import torch
 
-WEDLM_TINY = dict(family="qwen3", wedlm=True, tokenizer=True, seed=0)
-
 
 @pytest.fixture(scope="session")
-def tiny_path(ckpt_factory):
-    return ckpt_factory("engine_wedlm_tiny", **WEDLM_TINY)
+def tiny_path(tiny_wedlm):
+    return tiny_wedlm
 
 
 @pytest.fixture(scope="session")

@@ -12,12 +12,6 @@ from tests_serve_util import MODEL_NAME, make_llm, running_server
 
 
 @pytest.fixture(scope="session")
-def tiny_wedlm(ckpt_factory):
-    """A tiny random WeDLM checkpoint (Qwen3 style, byte tokenizer with ChatML)."""
-    return ckpt_factory("serve_tiny_wedlm", family="qwen3", wedlm=True, tokenizer=True)
-
-
-@pytest.fixture(scope="session")
 def reference_llm(tiny_wedlm):
     """The library engine the server's answers are compared with."""
     return make_llm(tiny_wedlm)
