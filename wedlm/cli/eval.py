@@ -12,6 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
+from ..engine.defaults import DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY
 from .options import add_runtime_args, apply_threads, default_model
 
 TASKS_HELP = ("comma-separated: counting, sequence, arithmetic, equation (held-out synthetic suites), "
@@ -41,9 +42,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="comma-separated decoders to compare: wedlm, ar, blockwise, verified "
                         f"(default: wedlm; {LISTOPS_DECODERS} when listops is among the tasks)")
     p.add_argument("--threshold", type=float, default=None, metavar="TAU",
-                   help="entropy threshold tau (default: the model's generation_config.json, else 0.4)")
+                   help="entropy threshold tau (default: the model's generation_config.json, "
+                        f"else {DEFAULT_ENTROPY_THRESHOLD})")
     p.add_argument("--penalty", type=float, default=None, metavar="LAMBDA",
-                   help="distance penalty lambda (default: the model's generation_config.json, else 0.02)")
+                   help="distance penalty lambda (default: the model's generation_config.json, "
+                        f"else {DEFAULT_POS_PENALTY})")
     p.add_argument("--window-size", type=int, default=None, metavar="W", help="decoding window (engine default)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--max-tokens", type=int, default=None, help="override every task's generation budget")
@@ -171,9 +174,11 @@ def run(args: argparse.Namespace) -> int:
     kwargs = {"wedlm_window_size": args.window_size} if args.window_size else {}
     llm = LLM(model=args.model, device=args.device, dtype=args.dtype,
               max_num_seqs=max(args.batch_size, 1), **kwargs)
+    # listops keeps every output so that verified can be checked against AR item by item
+    samples = max([len(t.items) for t in tasks if t.name.startswith("listops/")], default=3)
     reports = []
     for cfg in configs:
-        reports += evaluate(llm, tasks, cfg, args.prompt_style, args.batch_size)
+        reports += evaluate(llm, tasks, cfg, args.prompt_style, args.batch_size, samples=samples)
     print_table(reports)
     listops_rows = print_listops(reports)
     info = machine_info(args.device)
