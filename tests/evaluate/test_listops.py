@@ -97,6 +97,18 @@ def test_listops_table_one_row_per_operation():
     assert listops_table(reports[:2])[0]["verified_equals_ar"] is None
 
 
+def test_verified_must_match_ar_item_by_item_when_all_outputs_are_kept():
+    def with_outputs(decoding, outputs):
+        r = _report("listops/copy", decoding, 0.5)
+        r["n"], r["samples"] = len(outputs), [{"output": o} for o in outputs]
+        return r
+
+    same = [with_outputs("ar", ["A, B", "C"]), with_outputs("verified", ["A, B", "C"])]
+    assert listops_table(same)[0]["verified_equals_ar"] is True
+    swapped = [with_outputs("ar", ["A, B", "C"]), with_outputs("verified", ["A, B", "D"])]
+    assert listops_table(swapped)[0]["verified_equals_ar"] is False  # same accuracy, different output
+
+
 def test_eval_cli_listops_reports_per_operation(ckpt_factory, tmp_path, capsys):
     path = ckpt_factory("eval-wedlm", wedlm=True, tokenizer=True, vocab_size=260)
     out = tmp_path / "listops.json"

@@ -163,10 +163,12 @@ def listops_table(reports: list[dict]) -> list[dict]:
     Returns:
         one dict per listops task, in first-seen order: {task, n, ar, wedlm,
         wedlm_tokens_per_forward, verified, verified_equals_ar}; an accuracy is None
-        when that decoder did not run; `verified_equals_ar` is None unless both ran
-        (then True when they scored the same items correct in number).
+        when that decoder did not run; `verified_equals_ar` is None unless both ran,
+        then True when their accuracies are equal and, where both reports keep every
+        item's output (`samples`), the outputs are identical item by item.
     """
     rows: dict[str, dict] = {}
+    outputs: dict[tuple[str, str], list | None] = {}
     for r in reports:
         if not is_listops(r["task"]):
             continue
@@ -174,13 +176,17 @@ def listops_table(reports: list[dict]) -> list[dict]:
                                           "wedlm_tokens_per_forward": None, "verified": None,
                                           "verified_equals_ar": None})
         decoding = r["decode"]["decoding"]
+        kept = r.get("samples") or []
+        outputs[r["task"], decoding] = [s["output"] for s in kept] if len(kept) == r["n"] else None
         if decoding in ("ar", "wedlm", "verified"):
             row[decoding] = r["accuracy"]
         if decoding == "wedlm":
             row["wedlm_tokens_per_forward"] = r["metrics"]["tokens_per_forward"]
-    for row in rows.values():
+    for task, row in rows.items():
         if row["ar"] is not None and row["verified"] is not None:
-            row["verified_equals_ar"] = row["ar"] == row["verified"]
+            ar, verified = outputs.get((task, "ar")), outputs.get((task, "verified"))
+            same_outputs = ar is None or verified is None or ar == verified
+            row["verified_equals_ar"] = row["ar"] == row["verified"] and same_outputs
     return list(rows.values())
 
 

@@ -124,6 +124,6 @@ def evaluate_task(llm, task: EvalTask, decode: DecodeConfig, prompt_style: str =
 
 
 def evaluate(llm, tasks: list[EvalTask], decode: DecodeConfig, prompt_style: str = "auto",
-             batch_size: int = 8, progress: bool = True) -> list[dict]:
-    """`evaluate_task` for each task, in order."""
-    return [evaluate_task(llm, t, decode, prompt_style, batch_size, progress=progress) for t in tasks]
+             batch_size: int = 8, progress: bool = True, samples: int = 3) -> list[dict]:
+    """`evaluate_task` for each task, in order (`samples`: items kept per report)."""
+    return [evaluate_task(llm, t, decode, prompt_style, batch_size, samples, progress) for t in tasks]
