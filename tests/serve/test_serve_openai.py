@@ -91,6 +91,9 @@ def test_models_health_and_metrics(client, base_url):
     models = client.models.list()
     assert [m.id for m in models.data] == [MODEL_NAME]
     assert models.data[0].model_extra["max_model_len"] == MAX_MODEL_LEN
+    assert models.data[0].model_extra["wedlm"] == {  # the web chat's controls start from these
+        "decoders": ["wedlm", "ar", "blockwise", "verified"], "window_size": 16,
+        "wedlm_entropy_threshold": 0.4, "wedlm_pos_penalty_factor": 0.02}
     health = httpx.get(f"{base_url}/health")
     assert health.status_code == 200 and health.json()["status"] == "ok"
     text = httpx.get(f"{base_url}/metrics").text

@@ -78,6 +78,16 @@ class LLM:
         return self.engine.max_model_len
 
     @property
+    def decoding_defaults(self) -> dict:
+        """What a request that sets none of them decodes with: {"window_size": W,
+        "wedlm_entropy_threshold": tau, "wedlm_pos_penalty_factor": lambda} (this engine's W,
+        the model's generation_config.json values, else `engine/defaults.py`)."""
+        d = self.engine.model_defaults
+        return {"window_size": self.engine.window_size,
+                "wedlm_entropy_threshold": d["wedlm_entropy_threshold"],
+                "wedlm_pos_penalty_factor": d["wedlm_pos_penalty_factor"]}
+
+    @property
     def model_path(self) -> str:
         return self.engine.model_path
 

@@ -27,6 +27,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..engine.defaults import DECODERS, DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY, DEFAULT_WINDOW
 from . import protocol
 from .engine_loop import EngineLoop
 from .errors import APIError, bad_request, error_body, server_error
@@ -175,7 +176,8 @@ class Server:
         """`GET /v1/models`."""
         card = {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "wedlm",
                 "root": str(getattr(self.llm, "model_path", self.model_name)),
-                "max_model_len": self.prompts.max_model_len}
+                "max_model_len": self.prompts.max_model_len,
+                "wedlm": {"decoders": list(DECODERS), **decoding_defaults(self.llm)}}
         return {"object": "list", "data": [card]}
 
     def health(self) -> JSONResponse:
@@ -203,6 +205,16 @@ class EngineStream(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             self.group.close()
+
+
+def decoding_defaults(llm: Any) -> dict[str, Any]:
+    """The engine's W, tau and lambda for requests that set none (`LLM.decoding_defaults`;
+    `engine/defaults.py`'s values for an engine without it)."""
+    defaults = getattr(llm, "decoding_defaults", None)
+    if isinstance(defaults, dict):
+        return dict(defaults)
+    return {"window_size": DEFAULT_WINDOW, "wedlm_entropy_threshold": DEFAULT_ENTROPY_THRESHOLD,
+            "wedlm_pos_penalty_factor": DEFAULT_POS_PENALTY}
 
 
 def delta_failure(delta: Any) -> str | None:

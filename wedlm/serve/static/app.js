@@ -20,6 +20,15 @@ async function loadModel() {
     const body = await res.json();
     state.model = body.data[0].id;
     $("model").textContent = `${state.model} · context ${body.data[0].max_model_len}`;
+    const defaults = body.data[0].wedlm;  // the engine's W, tau and lambda: the controls start there
+    if (defaults) {
+      if (defaults.window_size) $("window").value = defaults.window_size;
+      if (typeof defaults.wedlm_entropy_threshold === "number") {
+        $("tau").value = defaults.wedlm_entropy_threshold;
+        $("tau-out").textContent = Number($("tau").value).toFixed(2);
+      }
+      if (typeof defaults.wedlm_pos_penalty_factor === "number") $("lambda").value = defaults.wedlm_pos_penalty_factor;
+    }
   } catch (err) {
     $("model").textContent = `no model: ${err}`;
   }
