@@ -40,6 +40,15 @@ def test_completion_equals_library_generate(client, reference_llm):
     assert extra["p_cache"] == pytest.approx(want["stats"]["p_cache"], abs=1e-3)
 
 
+@pytest.mark.parametrize("decoding", ["ar", "wedlm"])
+def test_top_p_zero_answers_like_greedy(client, reference_llm, decoding):
+    """OpenAI's top_p range is [0, 1]; 0 keeps only the most likely token, whatever the temperature."""
+    want = library(reference_llm, "The quick brown fox", max_tokens=8, decoding=decoding, ignore_eos=True)
+    got = client.completions.create(model=MODEL_NAME, prompt="The quick brown fox", max_tokens=8, temperature=1.5,
+                                    top_p=0, seed=3, extra_body={"decoding": decoding, "ignore_eos": True})
+    assert got.choices[0].text == want["text"] and got.usage.completion_tokens == len(want["token_ids"]) == 8
+
+
 def test_streamed_completion_equals_library_generate(client, reference_llm):
     want = library(reference_llm, "Once upon a time", max_tokens=16, **FAST)
     stream = client.completions.create(model=MODEL_NAME, prompt="Once upon a time", max_tokens=16,
