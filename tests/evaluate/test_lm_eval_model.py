@@ -178,14 +178,18 @@ def test_cli_logs_the_models_own_loglikelihoods(tmp_path, capsys):
 
 
 def test_chat_template_when_asked(lm, tmp_path):
-    assert lm.apply_chat_template([{"role": "user", "content": "hi"}]) == \
-        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    rendered = lm.apply_chat_template([{"role": "user", "content": "XYZ"}])
+    assert rendered == lm.tokenizer.apply_chat_template([{"role": "user", "content": "XYZ"}], tokenize=False,
+                                                        add_generation_prompt=True)
+    before, after = rendered.split("XYZ")
+    assert before and after  # the shipped template wraps the turn
     folder = write_tasks(tmp_path / "tasks")
     out = lm_eval.simple_evaluate(model=lm, tasks=["wedlm_local_gen"], log_samples=True, limit=1,
                                   apply_chat_template=True,
                                   task_manager=TaskManager(include_path=str(folder), include_defaults=False))
     [sample] = out["samples"]["wedlm_local_gen"]
-    assert sample["arguments"][0][0].startswith("<|im_start|>user\nReverse the list: Tom, Anna, Ben.")
+    context = sample["arguments"][0][0]
+    assert context.startswith(before) and context.endswith(after) and "Reverse the list: Tom, Anna, Ben." in context
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU fallback")
