@@ -54,7 +54,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--taus", type=_floats, default=None, metavar="T1,T2", help="entropy thresholds for wedlm")
     p.add_argument("--lambdas", type=_floats, default=None, metavar="L1,L2",
                    help="distance penalties: the first for the tau sweep, the rest at --lambda-tau")
-    p.add_argument("--lambda-tau", type=float, default=DEFAULT_ENTROPY_THRESHOLD, help="tau for the lambda sweep (default: %(default)s)")
+    p.add_argument("--lambda-tau", type=float, default=DEFAULT_ENTROPY_THRESHOLD,
+                   help="tau for the lambda sweep (default: %(default)s)")
     p.add_argument("--blockwise-taus", type=_floats, default=None, metavar="T1,T2", help="thresholds for blockwise")
     p.add_argument("--batch-sizes", type=_ints, default=(1, 8), help="default: 1,8")
     p.add_argument("--repeats", type=int, default=None, help="timed repeats (default: 3, quick: 1)")

@@ -111,7 +111,8 @@ class SamplingParams:
             _check(self.stop is None or isinstance(self.stop, (list, tuple)), "stop",
                    f"stop must be a string or a list of non-empty strings, got {self.stop!r}")
             stops = list(self.stop or [])
-        _check(all(isinstance(s, str) and s for s in stops), "stop", f"stop must be non-empty strings, got {self.stop!r}")
+        _check(all(isinstance(s, str) and s for s in stops), "stop",
+               f"stop must be non-empty strings, got {self.stop!r}")
         self.stop_strings = stops
         _check(self.stop_token_ids is None or isinstance(self.stop_token_ids, (list, tuple)), "stop_token_ids",
                f"stop_token_ids must be a list of non-negative integers, got {self.stop_token_ids!r}")
@@ -156,5 +157,6 @@ def _real(name: str, value, limit: str, ok) -> float:
 
 def _integer(name: str, value, limit: str, ok) -> int:
     """`value` as an int if it is an integer (not a bool) satisfying `ok`."""
-    _check(_is_int(value) and ok(int(value)), name, f"{name} must be an integer{' ' if limit else ''}{limit}, got {value!r}")
+    _check(_is_int(value) and ok(int(value)), name,
+           f"{name} must be an integer{' ' if limit else ''}{limit}, got {value!r}")
     return int(value)
