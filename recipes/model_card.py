@@ -2,51 +2,108 @@
 
     python recipes/model_card.py --run runs/wedlm-tiny --eval runs/wedlm-tiny/eval/summary.json
 
-Reads stages.jsonl (wall clock per stage), each stage's log.jsonl and final/config.json
-(steps, tokens, final losses), data/stats.json (corpus sizes) and the evaluation summary
-written by recipes/eval_wedlm_tiny.py, so every number in the card comes from a file.
+Reads stages.jsonl (wall clock per stage), each stage's log.jsonl, train_config.json and
+final/config.json (steps, tokens, tokens/s, precision path, final losses), the curriculum data
+(records and tokens per task), the decoding tuning (tune.json) and the evaluation summary
+written by recipes/eval_wedlm_tiny.py, so every number in the card comes from a file. Copies
+the probe plots and draws the learning curves into models/wedlm-tiny/plots/.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-STAGES = [("ar", "AR pretraining", "configs/tiny_ar.yaml", "data/pretrain.jsonl"),
-          ("wedlm", "WeDLM continued training (dual-stream masking + AR loss)", "configs/tiny_wedlm.yaml",
-           "data/pretrain.jsonl"),
-          ("sft", "chat SFT (dual-stream masking + AR loss, prompts unmasked)", "configs/tiny_sft.yaml",
-           "data/sft.jsonl (capped per source)")]
+STAGES = [("ar", "AR training from scratch (next-token loss on answers)", "configs/tiny_ar.yaml"),
+          ("wedlm", "WeDLM training (dual-stream masking + AR loss, 8 learnable `<|im_end|>`)",
+           "configs/tiny_wedlm.yaml")]
 
 
-def stage_rows(run: Path) -> list[str]:
+def read_log(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def stage_rows(run: Path) -> tuple[list[str], dict]:
+    """Markdown rows of the training table and totals {minutes, tokens}."""
     seconds: dict[str, int] = {}
     for line in (run / "stages.jsonl").read_text().splitlines():
         rec = json.loads(line)
         seconds[rec["stage"]] = seconds.get(rec["stage"], 0) + rec["seconds"]
-    rows = ["| stage | config | data | steps | tokens (clean) | wall clock | final losses (mean of last 5 logged steps) |",
-            "|---|---|---|---|---|---|---|"]
-    for name, title, cfg, data in STAGES:
+    rows = ["| stage | config | steps | tokens (clean) | training clock | tokens/s (mean) | precision | "
+            "final losses (mean of last 5 logged steps) |", "|---|---|---|---|---|---|---|---|"]
+    total_tokens = 0
+    for name, title, cfg in STAGES:
         meta = json.loads((run / name / "final" / "config.json").read_text()).get("wedlm_training", {})
-        log = [json.loads(x) for x in (run / name / "log.jsonl").read_text().splitlines()]
-        steps = meta["steps"] if "ended_by" in meta else log[-1]["step"]  # older finals: last logged step
+        log = read_log(run / name / "log.jsonl")
         tail = log[-5:]
         ar = sum(r["ar_loss"] for r in tail) / len(tail)
         mask = sum(r["mask_loss"] for r in tail) / len(tail)
         losses = f"AR {ar:.3f}" + (f", mask {mask:.3f}" if name != "ar" else "")
-        tokens = meta.get("tokens", log[-1]["tokens"])
-        clock = meta.get("elapsed_s", log[-1]["elapsed_s"])  # training clock, summed over resumes
+        clock = meta["elapsed_s"]
+        total_tokens += meta["tokens"]
         seconds[name] = clock
-        rows.append(f"| {title} | `{cfg}` | {data} | {steps} | {tokens / 1e6:.2f}M | "
-                    f"{clock / 60:.1f} min | {losses} |")
-    rows.append(f"| conversion (`wedlm convert`) | - | - | - | - | {seconds.get('convert', 0)} s | - |")
-    total = sum(seconds.values())
-    rows.append(f"| **total** | | | | | **{total / 60:.1f} min** | |")
+        precision = "bf16 autocast" if meta.get("precision") == "bf16" else "fp32"
+        rows.append(f"| {title} | `{cfg}` | {meta['steps']} | {meta['tokens'] / 1e6:.2f}M | {clock / 60:.1f} min | "
+                    f"{meta['tokens'] / max(1, clock):,.0f} | {precision} | {losses} |")
+    rows.append(f"| conversion (`wedlm convert`) | - | - | - | {seconds.get('convert', 0)} s | - | - | - |")
+    total = sum(v for k, v in seconds.items() if k in ("ar", "wedlm", "convert"))
+    rows.append(f"| **total** | | | **{total_tokens / 1e6:.2f}M** | **{total / 60:.1f} min** | | | |")
+    return rows, {"minutes": total / 60, "tokens": total_tokens}
+
+
+def learning_curves(run: Path, out: Path) -> str:
+    """plots/learning_curves.png: AR and mask losses against clean tokens seen, both stages."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    offset = 0
+    for name, _, _ in STAGES:
+        log = read_log(run / name / "log.jsonl")
+        xs = [(offset + r["tokens"]) / 1e6 for r in log]
+        ax.plot(xs, [r["ar_loss"] for r in log], label=f"{name}: AR loss", lw=1)
+        if name != "ar":
+            ax.plot(xs, [r["mask_loss"] for r in log], label=f"{name}: mask loss (1/gamma-weighted)", lw=1)
+        offset += log[-1]["tokens"]
+        ax.axvline(offset / 1e6, color="grey", ls=":", lw=0.8)
+    ax.set_yscale("log")
+    ax.set_xlabel("clean tokens seen (millions)")
+    ax.set_ylabel("loss (nats)")
+    ax.set_title("wedlm-tiny learning curves")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "learning_curves.png", dpi=120)
+    plt.close(fig)
+    return "learning_curves.png"
+
+
+def data_rows(cfg_path: Path) -> list[str]:
+    """Records and answer tokens per task of the records the stages read."""
+    import yaml
+
+    from wedlm.tokenizer import load_tokenizer
+    from wedlm.train.data import read_jsonl
+
+    cfg = yaml.safe_load(cfg_path.read_text())
+    recs = read_jsonl(REPO / cfg["data"], cfg.get("data_limit"))
+    tok = load_tokenizer(REPO / cfg["tokenizer"])
+    per: dict[str, list] = {}
+    for r in recs:
+        per.setdefault(r["source"], []).append(r["messages"][-1]["content"])
+    rows = ["| task | records | answer tokens | share of answer tokens |", "|---|---|---|---|"]
+    counts = {t: sum(len(e.ids) for e in tok.backend_tokenizer.encode_batch(a, add_special_tokens=False))
+              for t, a in per.items()}
+    total = sum(counts.values())
+    for t in sorted(per):
+        rows.append(f"| {t} | {len(per[t]):,} | {counts[t] / 1e6:.2f}M | {100 * counts[t] / total:.0f}% |")
     return rows
 
 
@@ -56,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--run", default=str(REPO / "runs" / "wedlm-tiny"))
     p.add_argument("--eval", default=str(REPO / "runs" / "wedlm-tiny" / "eval" / "summary.json"))
+    p.add_argument("--tune", default=str(REPO / "runs" / "wedlm-tiny" / "tune.json"))
     p.add_argument("--model", default=str(REPO / "models" / "wedlm-tiny"))
     p.add_argument("--notes", default=None, help="markdown file appended as 'Findings'")
     args = p.parse_args(argv)
@@ -63,19 +121,42 @@ def main(argv: list[str] | None = None) -> int:
     cfg = json.loads((model / "config.json").read_text())
     gen = json.loads((model / "generation_config.json").read_text())
     summary = json.loads(Path(args.eval).read_text())
-    stats = json.loads((REPO / "data" / "stats.json").read_text())["files"]
+    tune = json.loads(Path(args.tune).read_text()) if Path(args.tune).is_file() else None
+    plots = model / "plots"
+    plots.mkdir(exist_ok=True)
+    for name in summary.get("plots", []):
+        shutil.copyfile(Path(args.eval).parent / name, plots / name)
+    learning_curves(run, plots)
     from wedlm.model import load_model
     n_params = sum(p.numel() for p in load_model(model).parameters())
-    size_mb = sum(f.stat().st_size for f in model.iterdir() if f.is_file()) / 1e6
+    size_mb = sum(f.stat().st_size for f in model.rglob("*") if f.is_file()) / 1e6
+    stages, totals = stage_rows(run)
+    train_cfg = json.loads((run / "wedlm" / "train_config.json").read_text())
+    tune_line = "not run"
+    if tune and tune.get("best"):
+        b = tune["best"]
+        tune_line = (f"{len(tune['grid'])} settings on the validation split ({', '.join(f'{k} {v}' for k, v in tune['n'].items())}"
+                     f" items); picked W={b['window']}, tau={b['tau']}, lambda={b['lambda']}: "
+                     f"{b['tokens_per_forward']:.2f} tokens/forward with every task within "
+                     f"{100 * tune['slack']:.1f} points of AR")
+    probe = summary.get("mask_probe", {})
+    probe_rows = ["| task | AR head next-token acc | mask acc d=0 | d=3 | d=7 | d=15 | accepted fills | accepted right |",
+                  "|---|---|---|---|---|---|---|---|"]
+    for task, r in probe.items():
+        acc = r["slot_accuracy"]
+        pick = [acc[d] if d < len(acc) and acc[d] is not None else float("nan") for d in (0, 3, 7, 15)]
+        right = r["accepted_right"]
+        probe_rows.append(f"| {task} | {r['ar_accuracy']:.4f} | " + " | ".join(f"{a:.3f}" for a in pick)
+                          + f" | {r['accepted']:,} | {'-' if right is None else f'{100 * right:.2f}%'} |")
     card = TEMPLATE.format(
         params=f"{n_params / 1e6:.2f}M", size=f"{size_mb:.1f}", **{k: cfg[k] for k in (
             "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
             "intermediate_size", "vocab_size", "max_position_embeddings", "mask_token_id")},
         window=gen["wedlm_window_size"], tau=gen["wedlm_entropy_threshold"], lam=gen["wedlm_pos_penalty_factor"],
-        pre_tokens=f"{stats['pretrain.jsonl']['tokens'] / 1e6:.1f}M", pre_records=stats["pretrain.jsonl"]["records"],
-        sft_tokens=f"{stats['sft.jsonl']['tokens'] / 1e6:.1f}M", sft_records=stats["sft.jsonl"]["records"],
-        stages="\n".join(stage_rows(run)), eval_table=markdown(summary),
-        eval_tau=summary["tau"], eval_lam=summary["lambda"], eval_window=summary["window"],
+        data="\n".join(data_rows(REPO / "configs" / "tiny_wedlm.yaml")), stages="\n".join(stages),
+        minutes=f"{totals['minutes']:.0f}", tokens=f"{totals['tokens'] / 1e6:.1f}M",
+        cpu=train_cfg.get("cpu") or "CUDA", tune=tune_line, eval_table=markdown(summary),
+        probe="\n".join(probe_rows), verified_diff=summary.get("verified_differs_from_ar", "n/a"),
         notes=Path(args.notes).read_text() if args.notes else "")
     (model / "README.md").write_text(card)
     print(f"wrote {model / 'README.md'}")
@@ -85,11 +166,16 @@ def main(argv: list[str] | None = None) -> int:
 TEMPLATE = """# wedlm-tiny
 
 A {params}-parameter WeDLM (causal diffusion language model, arXiv 2512.22737) trained from
-scratch on this project's 2-core CPU machine by `recipes/wedlm_tiny.sh`: the paper's pipeline
-(AR pretraining -> conversion -> WeDLM training with Dual-Stream Masking + AR loss -> SFT) at
-toy scale. It is the default model of the demo, the tests and the benchmarks. Nothing was
-downloaded: the tokenizer and all data are generated here or read from the CPython standard
-library that ships with Python.
+scratch in {minutes} minutes on a 2-core CPU by `bash recipes/wedlm_tiny.sh`: AR training ->
+conversion (adds `[MASK]`) -> WeDLM training with Dual-Stream Masking + AR loss, at toy scale.
+It is the default model of the demo, the tests and the benchmarks. Nothing was downloaded: the
+tokenizer and every training example are generated by this repository.
+
+What it can do: count (up or down, steps 1/2/5/10, from anywhere in 0..1100), add and
+subtract two-digit numbers, and copy / reverse / sort / insert / remove / replace items of
+short name lists, answering in the ChatML chat format. What it shows: on these answers
+streaming parallel decoding (`wedlm`) commits several tokens per forward with the same
+answers as AR decoding, measured below on items it never saw.
 
 ## Model
 
@@ -102,40 +188,61 @@ library that ships with Python.
 | context | {max_position_embeddings} positions (trained on packed rows of 1024 tokens) |
 | decoding defaults (`generation_config.json`) | window W={window}, entropy threshold tau={tau}, position penalty lambda={lam}; stop on `<|im_end|>` / `<|endoftext|>` |
 
-## Data (`python -m wedlm.data.build --out data --tokenizer-out models/wedlm-tiny`, seed 1234)
+## Lineage
 
-* pretraining: {pre_records} documents, {pre_tokens} tokens: synthetic tasks as `prompt\\nanswer` +
-  EOS (counting with random start/end/step and direction, letter/word sequences, multi-step
-  arithmetic word problems with step-by-step solutions and a `Final answer:` line, linear
-  equations) and ~2000-character chunks of CPython stdlib source (40% of tokens);
-* SFT: {sft_records} ChatML conversations, {sft_tokens} tokens (the same tasks plus "Complete this
-  Python code:"), of which the SFT stage reads the first 24,000 with code capped at 500;
-* held-out evaluation: task items from seed 999,999 and hash buckets training never uses, and
-  stdlib files split off by path hash (`data/eval/`).
+This is version 2 of the shipped weights. Version 1 (a 2.4M model of the same shape trained on
+synthetic text, CPython stdlib code and chat SFT on a shared, slowed machine) decoded "Count
+from 1 to 200." right only with `ar`/`verified` and scored near 0% on held-out counting and
+arithmetic; it is in git history. Version 2 was retrained from scratch (same tokenizer, same
+shape) with the official mask count per block (`round(gamma * n)`, none when 0), 8 learnable
+`<|im_end|>` after every answer, and a curriculum a model this size can learn. The recipe
+reproduces it from an empty `runs/` folder.
 
-## Training (`bash recipes/wedlm_tiny.sh`, resumable; wall clock = each stage's training clock summed over resumes)
+## Data (`python -m wedlm.data.curriculum --out data/curriculum`)
+
+Chat records of three generated task families; every example has a key (its range or prompt)
+and keys are split by hash into train (90%), validation (5%, used only to tune decoding) and
+test (5%, used only for the table below). The stages read the first 150,000 training records:
+
+{data}
+
+## Training (`bash recipes/wedlm_tiny.sh`; training clock summed over resumes)
 
 {stages}
 
-Dual-stream stages use blocks of B=32, per-block masking ratio gamma ~ U(0, 1], loss weights
-1/gamma (Eq. 10), AR-loss weight 1.0, packed rows of 1024 clean tokens (2048 with the
-prediction stream), 4 rows per step, AdamW (betas 0.9/0.95, weight decay 0.1), gradient
-clipping 1.0, linear warmup and a cosine schedule on wall clock (`schedule_by_time`), fp32.
-Mask losses are over masked prediction-stream slots only; AR losses over scored memory-stream
-next tokens (in SFT: response tokens only).
+CPU: {cpu}, 2 threads, nothing else running at high priority. The AR stage scores answer tokens
+only (prompts are never scored). The WeDLM stage uses blocks of B=32, per-block masking ratio
+gamma ~ U(0, 1] with round(gamma * n) masked tokens, loss weights 1/gamma (Eq. 10), AR-loss
+weight 1.0 (mask + AR), packed rows of 1024 clean tokens (2048 with the prediction stream), 4
+rows per step, AdamW (betas 0.9/0.95, weight decay 0.1), gradient clipping 1.0, linear warmup
+and a cosine schedule on wall clock. Prompts are never masked or scored.
 
-## Evaluation (held-out; greedy; WeDLM decoding with W={eval_window}, tau={eval_tau}, lambda={eval_lam})
+![learning curves](plots/learning_curves.png)
 
-    OMP_NUM_THREADS=1 python recipes/eval_wedlm_tiny.py --model models/wedlm-tiny --out runs/wedlm-tiny/eval --limit 30
+## Decoding defaults
 
-(`wedlm eval --tasks counting,arithmetic,equation --decoding ar|wedlm` for the task rows; the
-perplexity row is `python -m wedlm.train.perplexity --model models/wedlm-tiny --data
-data/eval/code_heldout.jsonl`; code completion is 16 held-out stdlib prefixes, 128 new tokens.)
+`python recipes/tune_decoding.py --write`: {tune}.
+
+## Evaluation (test split, greedy, the defaults above)
+
+    python recipes/eval_wedlm_tiny.py --model models/wedlm-tiny --out runs/wedlm-tiny/eval
 
 {eval_table}
 
-Tokens per forward = generated tokens / decode forwards; p_cache = generated tokens / tokens
-fed through the network after prefill (Eq. 4; AR is 1.0 by definition).
+`verified` (WeDLM drafts checked by the AR head) gave a text different from `ar` on
+{verified_diff} items. Tokens per forward = generated tokens / decode forwards; p_cache =
+generated tokens / tokens fed through the network after prefill (Eq. 4); "stopped" = the answer
+ended with an end token rather than at the token budget.
+
+### What the mask slots know (teacher-forced, wedlm/evaluate/mask_probe.py)
+
+After a correct prefix, a window of W [MASK] slots at the next positions; slot d predicts the
+token d places ahead. Accepted fills are those whose entropy + lambda * d is below tau (Eq. 11).
+
+{probe}
+
+![slot accuracy](plots/slot_accuracy.png)
+![calibration](plots/calibration.png)
 
 {notes}
 """
