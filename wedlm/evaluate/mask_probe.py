@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from wedlm.engine.sampling import entropy
 from wedlm.model import DenseAttention
 
 ENTROPY_EDGES = (0.0, 0.01, 0.05, 0.1, 0.2, 0.4, 0.8, float("inf"))
@@ -117,7 +118,7 @@ def probe_item(model, result: ProbeResult, ids: list[int], start: int, end_id: i
         win = logits[len(ids):].view(len(probes), W, -1)
         win[..., mask_id] = float("-inf")
         probs = torch.softmax(win, dim=-1)
-        ent = -(probs * probs.clamp_min(1e-30).log()).sum(-1)  # [P, W]
+        ent = entropy(probs.view(-1, probs.shape[-1])).view(len(probs), W)  # [P, W], the decoders' entropy
         pred = probs.argmax(-1).cpu()
         gold = torch.tensor([[targets[p + d] for d in range(W)] for p in probes])
         right = pred == gold
