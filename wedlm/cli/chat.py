@@ -79,17 +79,17 @@ class ChatSession:
     def answer(self, user: str) -> str:
         """Stream the answer to `user`, print its stats line, keep both turns."""
         self.turns.append({"role": "user", "content": user})
-        prompt = chat_prompt(self.llm.tokenizer, self.messages())
         started = time.perf_counter()
         text, stats = "", None
         try:
+            prompt = chat_prompt(self.llm.tokenizer, self.messages())
             for delta in self.llm.generate_stream([prompt], self.params):
                 self.out.write(self.paint(delta["new_text"], delta["step_index"]))
                 self.out.flush()
                 text += delta["new_text"]
                 if delta["finished"]:
                     stats = delta["stats"]
-        except ValueError as err:  # e.g. the conversation outgrew the context
+        except ValueError as err:  # e.g. the conversation outgrew the context (max_tokens no longer fits)
             self.turns.pop()
             self.out.write(f"error: {err} (try /reset)\n")
             return ""
