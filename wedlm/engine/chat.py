@@ -9,7 +9,9 @@ text with the real contents put back) is tokenized with special-token parsing
 switched off, so special-token text inside a content stays plain text. Text
 between two template tokens is tokenized in one piece, exactly as a plain
 `encode` of the rendered prompt would (a tokenizer splits on special tokens
-before anything else), so ordinary prompts get the same ids as before.
+before anything else), so ordinary prompts get the same ids as before. A
+template that rewrites a content (trims it, splits off reasoning) sees only
+the placeholder, so contents go in verbatim.
 
 Roles: `developer` is OpenAI's newer name for `system` and is rendered as one.
 A message whose content the template does not render (a role it has no branch
@@ -51,7 +53,7 @@ def encode_chat(tokenizer: Any, messages: list[dict[str, str]], add_generation_p
         text = tokenizer.apply_chat_template(marked, tokenize=False, add_generation_prompt=add_generation_prompt)
     except Exception as err:  # the template raising on a message it does not accept
         raise RequestError("messages", f"chat template failed: {err}") from err
-    for i, (role, content) in enumerate(zip(roles, contents)):
+    for i, content in enumerate(contents):
         if content and text.count(_MARK.format(i)) != 1:
             raise RequestError("messages", f"the model's chat template does not render message {i} "
                                            f"(role '{messages[i]['role']}'); its content would be dropped")
