@@ -12,10 +12,11 @@ server drives from its single loop thread. Not thread-safe.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterator, Sequence as SequenceABC
+from collections.abc import Iterator
 
 from .config import EngineConfig
 from .engine import Engine
+from .errors import RequestError
 from .outputs import StreamDelta
 from .sampling_params import SamplingParams
 
@@ -206,7 +207,7 @@ class LLM:
         else:
             params = list(sampling_params)
             if len(params) != len(prompts):
-                raise ValueError(f"sampling_params has {len(params)} entries for {len(prompts)} prompts")
+                raise RequestError("sampling_params", f"sampling_params has {len(params)} entries for {len(prompts)} prompts")
         return prompts, params
 
 
