@@ -25,6 +25,21 @@ def test_quick_counting_prompts_are_short():
     assert task.max_tokens == 256
 
 
+def test_curriculum_tasks_come_from_the_test_split():
+    from wedlm.data import curriculum
+
+    arith = bench_task("arithmetic", 4)
+    test = curriculum.examples("addsub", 4, "test")
+    assert [i.messages[0]["content"] for i in arith.items] == [e["prompt"] for e in test]
+    assert [i.reference for i in arith.items] == [e["final"] for e in test]
+    assert arith.score(arith.items[0], test[0]["answer"]).correct
+    lists = bench_task("listops", 3)
+    want = curriculum.examples("listops", 3, "test")
+    assert [i.reference for i in lists.items] == [e["answer"] for e in want] and lists.max_tokens == 48
+    assert lists.score(lists.items[0], want[0]["answer"]).correct
+    assert not lists.score(lists.items[0], want[0]["answer"] + ", Tom").correct
+
+
 def test_code_and_text_tasks_are_speed_only():
     code = bench_task("code", 2)
     assert code.score is None and len(code.items) == 2

@@ -9,7 +9,7 @@ from wedlm.bench.report import PLOTS, RESULT_KEYS, SCHEMA_KEYS, markdown, target
 from wedlm.bench.runner import BenchConfig, bench_systems, run_bench
 
 MAX_TOKENS = 4
-ITEMS = {"counting": (1, 2), "arithmetic": (1, 2), "code": (1, 2), "text": (1, 2)}
+ITEMS = {"counting": (1, 2), "arithmetic": (1, 2), "listops": (1, 2), "code": (1, 2), "text": (1, 2)}
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def test_top_level_schema(bench):
     assert "torch" in result["machine_line"] and "Python" in result["machine_line"]
     assert [s["name"] for s in result["systems"]] == [
         "wedlm t=0.4 l=0.02", "wedlm t=0.9 l=0.02", "blockwise t=0.9", "verified", "ar", "transformers"]
-    assert [t["name"] for t in result["tasks"]] == ["counting", "arithmetic", "code", "text"]
+    assert [t["name"] for t in result["tasks"]] == ["counting", "arithmetic", "listops", "code", "text"]
     assert result["tasks"][0]["items"] == {"1": 1, "2": 2}
     assert json.loads(json.dumps(result)) == result  # plain JSON types only
 
@@ -44,7 +44,7 @@ def test_top_level_schema(bench):
 def test_one_row_per_task_batch_and_system(bench):
     cfg, result = bench
     rows = result["results"]
-    assert len(rows) == 4 * 2 * 6
+    assert len(rows) == 5 * 2 * 6  # tasks x batch sizes x systems
     keys = {(r["task"], r["batch_size"], r["system"]) for r in rows}
     assert len(keys) == len(rows)
     for r in rows:
@@ -92,7 +92,7 @@ def test_targets_and_markdown(bench):
     assert all(isinstance(t["met"], bool) and t["target"] > 0 for t in checks)
     md = markdown(result)
     assert "`wedlm bench --test`" in md and result["machine_line"] in md
-    assert md.count("| transformers |") == 8  # one row per task and batch size
+    assert md.count("| transformers |") == 10  # one row per task and batch size
 
 
 def test_write_report_files(bench, tmp_path):

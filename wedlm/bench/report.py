@@ -141,7 +141,7 @@ def markdown(result: dict, img_dir: str = "img") -> str:
               "- tok/forward: generated tokens / decode forwards (sum over requests).",
               "- p_cache: generated tokens / token instances fed in decode forwards (Eq. 4); 1 for AR.",
               "- TTFT: seconds from submission to the first committed token (mean over requests).",
-              "- accuracy: exact match of the listing (counting), final number (arithmetic); code and text"
+              "- accuracy: exact match of the listing (counting, listops), final number (arithmetic); code and text"
               " are speed-only.",
               "- same as ar: share of prompts whose tokens equal the `ar` decoder's.",
               "- x ar, x transformers: median over repeats of the tok/s ratio to that system, measured"

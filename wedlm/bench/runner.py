@@ -34,8 +34,8 @@ from .tasks import BENCH_TASKS, bench_task
 
 SCHEMA = "wedlm-bench/1"
 # Items per task: (batch size 1, larger batch sizes). Accuracy is read from the larger run.
-ITEMS = {"counting": (2, 8), "arithmetic": (8, 32), "code": (2, 8), "text": (2, 8)}
-QUICK_ITEMS = {"counting": (1, 8), "arithmetic": (2, 8), "code": (1, 8), "text": (1, 8)}
+ITEMS = {"counting": (2, 8), "arithmetic": (8, 32), "listops": (8, 32), "code": (2, 8), "text": (2, 8)}
+QUICK_ITEMS = {"counting": (1, 8), "arithmetic": (2, 8), "listops": (2, 8), "code": (1, 8), "text": (1, 8)}
 
 
 @dataclass(slots=True)

@@ -2,9 +2,12 @@
 
 What: `bench_tasks(names, quick)` builds `EvalTask`s:
 - counting (low entropy): "Count from 1 to 200." (the paper's headline demo) then
-  held-out counting prompts; scored by exact match of the listed numbers;
-- arithmetic (structured reasoning): held-out multi-step word problems and
-  expressions; scored by the final number;
+  held-out counting prompts (the curriculum's test split: ranges in 0..1100, up or
+  down, steps 1/2/5/10); scored by exact match of the listed numbers;
+- arithmetic (structured reasoning): held-out two-digit "What is A + B?" /
+  "What is A - B?" (curriculum test split); scored by the final number;
+- listops (list operations, ParallelBench's family): copy / reverse / sort /
+  insert / remove / replace on short name lists (curriculum test split); exact match;
 - code (code completion): held-out stdlib chunks cut mid-file, "Complete this
   Python code:" as in the tiny model's SFT; speed only;
 - text (open-ended): free-form prose prompts; speed only.
@@ -19,10 +22,11 @@ from __future__ import annotations
 
 import random
 
-from wedlm.evaluate.synthetic import score_final_number, score_listing, synthetic_items
+from wedlm.data import curriculum
+from wedlm.evaluate.synthetic import score_final_number, score_listing
 from wedlm.evaluate.tasks import EvalItem, EvalTask, chat_item
 
-BENCH_TASKS = ("counting", "arithmetic", "code", "text")
+BENCH_TASKS = ("counting", "arithmetic", "listops", "code", "text")
 HEADLINE_PROMPT = "Count from 1 to 200."
 TEXT_PROMPTS = [
     "Write a short story about a robot who learns to paint.",
@@ -35,17 +39,25 @@ TEXT_PROMPTS = [
     "Tell me about your favourite book.",
 ]
 # (full, quick) generation budgets; 1..200 is 890 tokens with the shipped tokenizer.
-MAX_TOKENS = {"counting": (1024, 256), "arithmetic": (160, 96), "code": (128, 48), "text": (128, 48)}
+MAX_TOKENS = {"counting": (1024, 256), "arithmetic": (32, 32), "listops": (48, 48), "code": (128, 48),
+              "text": (128, 48)}
+
+
+def curriculum_items(task: str, n: int) -> list[EvalItem]:
+    """`n` items of a curriculum task from its test split; the reference is the final number
+    (addsub) or the whole answer."""
+    return [chat_item(f"{task}/{i}", ex["prompt"], ex["final"] if ex["final"] is not None else ex["answer"])
+            for i, ex in enumerate(curriculum.examples(task, n, "test"))]
 
 
 def counting_items(n: int, quick: bool) -> list[EvalItem]:
     """The headline prompt first (full runs), then held-out counting prompts (short ones if quick)."""
     if not quick:
         headline = chat_item("counting/headline", HEADLINE_PROMPT, ", ".join(map(str, range(1, 201))))
-        return [headline] + synthetic_items("counting", n - 1) if n > 1 else [headline]
+        return [headline] + curriculum_items("count", n - 1) if n > 1 else [headline]
     draw = 4 * n
-    while True:  # held-out draws are prefix-stable, so drawing more only appends
-        pool = [i for i in synthetic_items("counting", draw) if len(i.reference) <= 150]
+    while True:  # test draws are prefix-stable, so drawing more only appends
+        pool = [i for i in curriculum_items("count", draw) if len(i.reference) <= 150]
         if len(pool) >= n:
             return pool[:n]
         draw *= 2
@@ -86,8 +98,10 @@ def bench_task(name: str, n: int, quick: bool = False, max_tokens: int | None = 
     if name == "counting":
         return EvalTask("counting", counting_items(n, quick), score_listing, budget, kind="low-entropy")
     if name == "arithmetic":
-        return EvalTask("arithmetic", synthetic_items("arithmetic", n), score_final_number, budget,
+        return EvalTask("arithmetic", curriculum_items("addsub", n), score_final_number, budget,
                         kind="reasoning")
+    if name == "listops":
+        return EvalTask("listops", curriculum_items("listops", n), score_listing, budget, kind="list-operations")
     if name == "code":
         return EvalTask("code", code_items(n), None, budget, kind="code")
     return EvalTask("text", text_items(n), None, budget, kind="open-ended")

@@ -42,7 +42,7 @@ def _names(text: str) -> tuple[str, ...]:
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "bench", help="speed benchmark: wedlm decoders vs ar vs transformers generate",
-        description="Run counting / arithmetic / code / open-ended text through WeDLM streaming decoding "
+        description="Run counting / arithmetic / list operations / code / open-ended text through WeDLM streaming decoding "
                     "(a sweep of tau and lambda), block-wise, verified, AR and transformers generate on the "
                     "same weights, timed pair by pair; write JSON, markdown and plots.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -50,7 +50,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="small sweep and budgets: about a minute")
     p.add_argument("--out-dir", default="bench_out",
                    help="where benchmarks.json, benchmarks.md and img/ go (default: %(default)s)")
-    p.add_argument("--tasks", type=_names, default=None, help="comma-separated subset of counting,arithmetic,code,text")
+    p.add_argument("--tasks", type=_names, default=None, help="comma-separated subset of counting,arithmetic,listops,code,text")
     p.add_argument("--taus", type=_floats, default=None, metavar="T1,T2", help="entropy thresholds for wedlm")
     p.add_argument("--lambdas", type=_floats, default=None, metavar="L1,L2",
                    help="distance penalties: the first for the tau sweep, the rest at --lambda-tau")
