@@ -65,6 +65,18 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--tensor-parallel-size", type=int, default=None, metavar="N",
                        help="split the weights across N ranks (N GPUs from --device's index, or N CPU "
                             "processes); default: 1")
+    add_speed_args(group)
+
+
+def add_speed_args(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """--enforce-eager / --no-enforce-eager and --autocast / --no-autocast (engine options)."""
+    parser.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=None,
+                        help="--no-enforce-eager runs the torch.compile'd forward on shape buckets (CUDA: "
+                             "plus CUDA graphs of decode steps; the first steps compile, logged with their "
+                             "time); default: the engine's (eager)")
+    parser.add_argument("--autocast", action=argparse.BooleanOptionalAction, default=None,
+                        help="bf16 autocast of float32 weights; default: automatic (on for a CPU with native "
+                             "bf16 matrix units, AMX / AVX512-BF16)")
 
 
 def add_sampling_args(parser: argparse.ArgumentParser, max_tokens: int | None = None) -> None:
@@ -100,7 +112,8 @@ def build_llm(args: argparse.Namespace) -> Any:
     kwargs: dict[str, Any] = {"model": args.model, "device": args.device, "dtype": args.dtype}
     optional = {"wedlm_window_size": args.window_size, "max_model_len": args.max_model_len,
                 "max_num_seqs": args.max_num_seqs, "kv_block_size": args.kv_block_size,
-                "tensor_parallel_size": args.tensor_parallel_size}
+                "tensor_parallel_size": args.tensor_parallel_size, "enforce_eager": args.enforce_eager,
+                "autocast": args.autocast}
     kwargs.update({k: v for k, v in optional.items() if v is not None})
     return LLM(**kwargs)
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..hardware import cpu_has_bf16_units
+
 DEFAULT_MAX_MODEL_LEN = 4096
 CPU_KV_BUDGET_BYTES = 4 << 30
 
@@ -39,6 +41,11 @@ class EngineConfig:
         fast_path: fused RMSNorm / QKV / gate-up modules (same logits, fewer ops).
         tensor_parallel_size: ranks the weights are split across (`wedlm.engine.parallel`);
             rank r runs on cuda:r (from `device`'s index) or on the CPU.
+        enforce_eager: run the forward eagerly (the reference path); False = `torch.compile`d
+            forward on shape buckets, plus CUDA graphs of decode steps on CUDA (`compiled.py`).
+        autocast: bf16 autocast of float32 weights. None = automatic: on for a CPU with
+            native bf16 matrix units (AMX / AVX512-BF16, `wedlm.hardware.cpu_has_bf16_units`),
+            off otherwise; True forces it, False turns it off.
     """
 
     model: str
@@ -55,6 +62,8 @@ class EngineConfig:
     seed: int = 0
     fast_path: bool = True
     tensor_parallel_size: int = 1
+    enforce_eager: bool = True
+    autocast: bool | None = None
 
     def __post_init__(self) -> None:
         required = ("max_num_seqs", "kv_block_size", "tensor_parallel_size")
@@ -67,12 +76,53 @@ class EngineConfig:
             setattr(self, name, int(value))
         if not isinstance(self.gpu_memory_utilization, numbers.Real) or not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        if not isinstance(self.enforce_eager, bool):
+            raise ValueError(f"enforce_eager must be True or False, got {self.enforce_eager!r}")
+        if self.autocast is not None and not isinstance(self.autocast, bool):
+            raise ValueError(f"autocast must be None (automatic), True or False, got {self.autocast!r}")
+        if self.tensor_parallel_size > 1 and not self.enforce_eager:
+            raise ValueError("enforce_eager=False (the compiled forward) is not supported with "
+                             f"tensor_parallel_size={self.tensor_parallel_size} yet; use enforce_eager=True")
+        if self.tensor_parallel_size > 1 and self.autocast:
+            raise ValueError("autocast=True is not supported with "
+                             f"tensor_parallel_size={self.tensor_parallel_size}; use autocast=None or False")
 
 
 def resolve_device(device: str | None) -> torch.device:
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
+
+
+def resolve_autocast(requested: bool | None, device: torch.device, dtype: str,
+                     flags: set[str] | None = None) -> torch.dtype | None:
+    """The autocast dtype of the forward: torch.bfloat16 or None (the weights' dtype).
+
+    `requested` None picks bf16 for float32 weights on a CPU with native bf16 matrix units
+    (`flags`: /proc/cpuinfo's by default), else None; True forces bf16; False gives None.
+
+    Raises:
+        ValueError: autocast=True with weights that are not float32 (names the dtype).
+    """
+    if requested is False:
+        return None
+    if dtype != "float32":
+        if requested:
+            raise ValueError(f"autocast=True needs float32 weights, got dtype={dtype!r}")
+        return None
+    if requested is None and (device.type != "cpu" or not cpu_has_bf16_units(flags)):
+        return None
+    return torch.bfloat16
+
+
+def precision_line(dtype: str, autocast: torch.dtype | None, requested: bool | None) -> str:
+    """What the forward computes in, for logs and reports, e.g.
+    "float32 weights, bf16 autocast (auto: CPU has bf16 matrix units)"."""
+    if autocast is None:
+        why = "off" if requested is False else "auto: no bf16 matrix units" if dtype == "float32" else "off"
+        return f"{dtype} weights, no autocast ({why})"
+    why = "forced" if requested else "auto: CPU has bf16 matrix units"
+    return f"{dtype} weights, bf16 autocast ({why})"
 
 
 def resolve_max_model_len(requested: int | None, max_position_embeddings: int) -> int:

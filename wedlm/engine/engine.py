@@ -18,13 +18,15 @@ AR logits are read.
 from __future__ import annotations
 
 import itertools
+import logging
 import random
 import time
 
 from ..tokenizer import load_tokenizer, mask_token_id, stop_token_ids
 from .block_manager import BlockManager
 from .commit import commit_tokens, final_delta, progress_delta
-from .config import EngineConfig, resolve_device, resolve_max_model_len, resolve_num_blocks
+from .config import (EngineConfig, precision_line, resolve_autocast, resolve_device, resolve_max_model_len,
+                     resolve_num_blocks)
 from .decoders import DECODER_CLASSES, Decoder, WindowPlan
 from .defaults import model_decoding_defaults
 from .errors import RequestError
@@ -35,6 +37,8 @@ from .request import Sequence
 from .runner import EngineDeadError, ForwardItem, ForwardOutput, ModelRunner
 from .sampling import make_generator
 from .scheduler import ScheduledSeq, Scheduler
+
+log = logging.getLogger("wedlm.engine")
 
 
 class Engine:
@@ -53,6 +57,8 @@ class Engine:
         self.window_size = config.window_size or self.model_defaults["wedlm_window_size"]
         device = resolve_device(config.device)
         dtype = config.dtype or ("bfloat16" if device.type == "cuda" else "float32")
+        autocast = None if config.tensor_parallel_size > 1 else resolve_autocast(config.autocast, device, dtype)
+        self.precision = precision_line(dtype, autocast, config.autocast)  # what the forward computes in
         self.model = load_engine_model(config, device, dtype)
         cfg = self.model.config
         try:
@@ -66,7 +72,9 @@ class Engine:
             self.max_model_len, 4 * self.window_size + 2)
         bytes_per_block = ModelRunner.kv_bytes_per_block(self.model, config.kv_block_size)
         num_blocks = resolve_num_blocks(config, self.max_model_len, bytes_per_block, device)
-        self.runner = make_engine_runner(self.model, num_blocks, config, device, dtype)
+        self.runner = make_engine_runner(self.model, num_blocks, config, device, dtype, autocast)
+        log.info("engine: %s on %s, %s forward (enforce_eager=%s)", self.precision, device,
+                 "eager" if config.enforce_eager else "compiled", config.enforce_eager)
         self.runner.mask_token_id = self.mask_token_id  # the one [MASK] id, banned from every output
         self.block_manager = BlockManager(num_blocks, config.kv_block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, self.max_num_batched_tokens)

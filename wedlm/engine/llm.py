@@ -37,7 +37,12 @@ class LLM:
             (`wedlm.engine.parallel`; ranks 1..N-1 are child processes that live as
             long as this object: `close()`, `with LLM(...) as llm:`, garbage
             collection or interpreter exit stop them).
-        enforce_eager: accepted for compatibility with the official package.
+        enforce_eager: True (default) runs the forward eagerly; False runs it `torch.compile`d
+            on shape buckets (CPU inductor; CUDA adds CUDA graphs of decode steps). The first
+            steps then compile (logged with their time); tokens are the same either way.
+        autocast: bf16 autocast of float32 weights: None = automatic (on for a CPU with native
+            bf16 matrix units, off otherwise; `engine.precision` says which ran), True / False
+            force it on / off.
 
     Raises:
         ValueError: a bad setting, naming it (a tensor_parallel_size that does not
@@ -51,13 +56,14 @@ class LLM:
                  dtype: str | None = None, num_kv_blocks: int | None = None,
                  max_num_batched_tokens: int | None = None, enable_prefix_caching: bool = True,
                  gpu_memory_utilization: float = 0.9, seed: int = 0, tensor_parallel_size: int = 1,
-                 enforce_eager: bool = True) -> None:
+                 enforce_eager: bool = True, autocast: bool | None = None) -> None:
         self.engine = Engine(EngineConfig(
             model=str(model), window_size=wedlm_window_size, max_model_len=max_model_len,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             kv_block_size=kv_block_size, num_kv_blocks=num_kv_blocks, device=device, dtype=dtype,
             enable_prefix_caching=enable_prefix_caching, gpu_memory_utilization=gpu_memory_utilization,
-            seed=seed, tensor_parallel_size=tensor_parallel_size))
+            seed=seed, tensor_parallel_size=tensor_parallel_size, enforce_eager=enforce_eager,
+            autocast=autocast))
 
     def close(self) -> None:
         """Stop the tensor-parallel worker processes, if any (idempotent)."""

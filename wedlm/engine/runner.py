@@ -8,6 +8,11 @@ and the rows whose logits it needs. The runner flattens them into one
 logits only at the needed rows, and splits them back. Greedy ids for every
 row come with the logits in one host transfer (the common case needs nothing
 else, so a greedy AR step costs a single device sync).
+
+With `enforce_eager=False` the forward is `compiled.CompiledForward` and every
+size of the step is padded up to a shape bucket (`buckets.py`): padded tokens
+write their K/V into a scratch block past the engine's blocks (`pad_slot`) and
+are nobody's query; padded logit rows are dropped. Eager runs unpadded.
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..model import KVCache, PagedAttention, QwenForCausalLM, SequenceSlice
+from ..model import KVCache, PagedAttention, Padding, QwenForCausalLM, SequenceSlice
+from .buckets import StepShape
+from .compiled import CompiledForward, forward_logits
 from .fast_model import optimize_for_inference
 
 
@@ -50,12 +57,14 @@ class ForwardOutput:
 @dataclass
 class PreparedForward:
     """Flat inputs of one forward: int64 [num_tokens] ids and positions, the paged-attention
-    metadata, and int64 [num_rows] logit rows (None when no item asks for logits)."""
+    metadata, int64 [padded rows] logit rows (None when no item asks for logits on the eager
+    path) and the number of real rows (the first `num_rows` of the output)."""
 
     input_ids: torch.Tensor
     positions: torch.Tensor
     attn: PagedAttention
     logit_rows: torch.Tensor | None
+    num_rows: int = 0
 
 
 class EngineDeadError(RuntimeError):
@@ -71,17 +80,26 @@ class ModelRunner:
         num_blocks: KV blocks to allocate.
         block_size: rows per block.
         fast_path: swap in fused modules (`fast_model.optimize_for_inference`).
+        enforce_eager: run `forward_logits` eagerly (the reference); False = `CompiledForward`
+            on bucket-padded inputs.
+        autocast: run the model under torch.autocast with this dtype (bf16 on a CPU with
+            bf16 matrix units); None = the weights' dtype.
     """
 
-    def __init__(self, model: QwenForCausalLM, num_blocks: int, block_size: int, fast_path: bool = True) -> None:
+    def __init__(self, model: QwenForCausalLM, num_blocks: int, block_size: int, fast_path: bool = True,
+                 enforce_eager: bool = True, autocast: torch.dtype | None = None) -> None:
         cfg = model.config
         self.model = optimize_for_inference(model) if fast_path else model
         self.device = model.device
         # [MASK] is an input symbol, never an output: its logit column is -inf in every row
         # returned, for every decoder and the AR head. The engine sets its one [MASK] id here.
         self.mask_token_id: int | None = None
-        self.kv_cache = KVCache(cfg.num_hidden_layers, num_blocks, block_size, _kv_heads(model),
+        self.autocast = autocast
+        # one block more than the engine's: the scratch rows padded tokens write into
+        self.kv_cache = KVCache(cfg.num_hidden_layers, num_blocks + 1, block_size, _kv_heads(model),
                                 cfg.head_dim, model.dtype, self.device)
+        self.pad_slot = num_blocks * block_size
+        self.compiled = None if enforce_eager else CompiledForward(self.device, self.kv_cache.k + self.kv_cache.v)
 
     @staticmethod
     def kv_bytes_per_block(model: QwenForCausalLM, block_size: int) -> int:
@@ -102,40 +120,53 @@ class ModelRunner:
         return self.execute(items, self.prepare(items))
 
     def prepare(self, items: list[ForwardItem]) -> PreparedForward:
-        """Flatten the items and build the attention metadata (no model work, no communication).
+        """Flatten the items and build the attention metadata (no model work, no communication);
+        padded to shape buckets when compiled.
 
         Raises:
             ValueError: an item with no tokens or a block table too short.
         """
         ids, pos, rows, slices = [], [], [], []
-        offset = 0
+        offset = max_q = max_kv = 0
         for item in items:
-            ids.extend(item.token_ids)
-            pos.extend(item.positions)
-            rows.extend(offset + r for r in item.logit_rows)
-            slices.append(SequenceSlice(item.block_table, item.context_len, len(item.token_ids)))
-            offset += len(item.token_ids)
+            n = len(item.token_ids)
+            ids += item.token_ids
+            pos += item.positions
+            rows += [offset + r for r in item.logit_rows]
+            slices.append(SequenceSlice(item.block_table, item.context_len, n))
+            offset += n
+            max_q, max_kv = max(max_q, n), max(max_kv, item.context_len + n)
+        num_rows, pad = len(rows), None
+        if self.compiled is not None and offset > 0:
+            shape = StepShape.of(offset, len(items), max_q, max_kv, num_rows)
+            pad = Padding(shape.tokens, shape.batch, shape.queries, shape.keys, self.pad_slot)
+            ids += [0] * (shape.tokens - offset)
+            pos += [0] * (shape.tokens - offset)
+            rows += [0] * (shape.rows - num_rows)
         device = self.device
         input_ids = torch.tensor(ids, dtype=torch.int64, device=device)
         positions = torch.tensor(pos, dtype=torch.int64, device=device)
-        attn = PagedAttention.build(self.kv_cache, slices, device)
+        attn = PagedAttention.build(self.kv_cache, slices, device, pad)
         rows_t = torch.tensor(rows, dtype=torch.int64, device=device) if rows else None
-        return PreparedForward(input_ids, positions, attn, rows_t)
+        return PreparedForward(input_ids, positions, attn, rows_t, num_rows)
 
     @torch.inference_mode()
     def execute(self, items: list[ForwardItem], batch: PreparedForward) -> list[ForwardOutput]:
         """The forward of `prepare(items)`: K/V into the cache, logits at the asked rows."""
         if batch.logit_rows is None:
-            self.model.hidden_states(batch.input_ids, batch.positions, batch.attn)
+            with torch.autocast(self.device.type, dtype=self.autocast or torch.bfloat16,
+                                enabled=self.autocast is not None):
+                self.model.hidden_states(batch.input_ids, batch.positions, batch.attn)
             return [ForwardOutput(torch.empty(0), []) for _ in items]
-        logits = self.model(batch.input_ids, batch.positions, batch.attn, batch.logit_rows)
-        if self.mask_token_id is not None:
-            logits[:, self.mask_token_id] = float("-inf")
-        argmax = logits.argmax(-1).tolist()
+        forward = self.compiled or forward_logits
+        logits, argmax = forward(self.model, batch.input_ids, batch.positions, batch.attn, batch.logit_rows,
+                                 self.mask_token_id, self.autocast)
+        logits = logits[:batch.num_rows]
+        ids = argmax[:batch.num_rows].tolist()
         out, start = [], 0
         for item in items:
             n = len(item.logit_rows)
-            out.append(ForwardOutput(logits[start:start + n], argmax[start:start + n]))
+            out.append(ForwardOutput(logits[start:start + n], ids[start:start + n]))
             start += n
         return out
 

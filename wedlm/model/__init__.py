@@ -1,11 +1,11 @@
 """Qwen-family causal decoder with logical position ids, attention metadata and HF loading."""
 
-from .attention import DenseAttention, KVCache, PagedAttention, SequenceSlice
+from .attention import DenseAttention, KVCache, PagedAttention, Padding, SequenceSlice
 from .config import ConfigError, ModelConfig, RopeConfig
 from .loader import CheckpointError, load_model, resolve_dtype, save_model
 from .qwen import QwenForCausalLM
 
 __all__ = [
-    "CheckpointError", "ConfigError", "DenseAttention", "KVCache", "ModelConfig", "PagedAttention",
+    "CheckpointError", "ConfigError", "DenseAttention", "KVCache", "ModelConfig", "PagedAttention", "Padding",
     "QwenForCausalLM", "RopeConfig", "SequenceSlice", "load_model", "resolve_dtype", "save_model",
 ]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -111,6 +112,30 @@ class SequenceSlice:
     query_len: int
 
 
+@dataclass(frozen=True)
+class Padding:
+    """Padded sizes of a paged forward (fixed shapes for compiled code and CUDA graphs).
+
+    Padded tokens write their K/V into `pad_slot` (a scratch cache row no sequence owns)
+    and are no sequence's query; padded batch rows, query columns and key columns are
+    hidden by the mask. Real rows' outputs are unchanged. A padded build always carries
+    `q_index`, `t_index` and `mask` (one compiled graph for every batch size).
+
+    Attributes:
+        tokens: >= the real number of tokens.
+        batch: >= the number of sequences.
+        queries: >= the longest query_len.
+        keys: >= the longest context_len + query_len.
+        pad_slot: the scratch cache slot (None only inside `build`: no padding).
+    """
+
+    tokens: int
+    batch: int
+    queries: int
+    keys: int
+    pad_slot: int | None
+
+
 @dataclass
 class PagedAttention:
     """Metadata of a paged, batched forward over flattened tokens [num_tokens].
@@ -118,69 +143,80 @@ class PagedAttention:
     Attributes:
         kv_cache: the cache the new K/V are written into and read from.
         slot_mapping: int64 [num_tokens], cache slot of each new token.
-        kv_slots: int64 [batch, max_kv], slots read per sequence (padded with 0).
+        kv_slots: int64 [batch, max_kv], slots read per sequence (padding: slot 0 or the pad slot).
         q_index: int64 [batch, max_q], index of each (sequence, query) in the
-            flat token axis (padded with 0); None when batch == 1.
-        q_valid: bool [batch, max_q], real queries; None when batch == 1.
+            flat token axis (padded with 0); None when the flat tokens are the one
+            sequence's queries in order (batch 1, num_tokens == max_q).
+        t_index: int64 [num_tokens], row of each flat token in the flattened
+            [batch * max_q] attention output; None exactly when q_index is None.
         mask: bool [batch, 1, max_q, max_kv] visibility; None when every query
-            may see every key (a single sequence with one query token).
+            may see every key (a single sequence with one query token, no padding).
     """
 
     kv_cache: KVCache
     slot_mapping: torch.Tensor
     kv_slots: torch.Tensor
     q_index: torch.Tensor | None
-    q_valid: torch.Tensor | None
+    t_index: torch.Tensor | None
     mask: torch.Tensor | None
 
     @classmethod
     def build(cls, kv_cache: KVCache, seqs: list[SequenceSlice],
-              device: torch.device | str | None = None) -> "PagedAttention":
-        """Slot mapping, gather indices and causal-on-cache mask for a batch.
+              device: torch.device | str | None = None, pad: Padding | None = None) -> "PagedAttention":
+        """Slot mapping, gather indices and causal-on-cache mask for a batch, vectorised
+        over all tokens (numpy on the host, one copy per tensor to `device`).
+
+        Args:
+            pad: padded sizes (`Padding`); None = the exact sizes.
 
         Raises:
-            ValueError: a block table too short for context_len + query_len, or
-                a sequence with query_len < 1.
+            ValueError: a block table too short for context_len + query_len, a
+                sequence with query_len < 1, or padded sizes below the real ones.
         """
         bs = kv_cache.block_size
         device = device or kv_cache.k[0].device
-        slots_per_seq: list[list[int]] = []
-        q_lens, kv_lens, ctx_lens = [], [], []
-        for s in seqs:
-            total = s.context_len + s.query_len
+        ctx = np.fromiter((s.context_len for s in seqs), np.int64, len(seqs))
+        qlen = np.fromiter((s.query_len for s in seqs), np.int64, len(seqs))
+        total = ctx + qlen
+        for s, n in zip(seqs, total.tolist()):
             if s.query_len < 1:
                 raise ValueError(f"query_len must be >= 1, got {s.query_len}")
-            if len(s.block_table) * bs < total:
-                raise ValueError(
-                    f"block_table of {len(s.block_table)} blocks x {bs} covers fewer than "
-                    f"context_len + query_len = {total} positions")
-            # plain-Python slot arithmetic: far cheaper than a dozen tiny tensor ops per step
-            slots_per_seq.append([b * bs + o for b in s.block_table[:-(-total // bs)] for o in range(bs)][:total])
-            q_lens.append(s.query_len)
-            kv_lens.append(total)
-            ctx_lens.append(s.context_len)
-        batch, max_q, max_kv = len(seqs), max(q_lens), max(kv_lens)
-        slot_mapping = torch.tensor([x for sl, c in zip(slots_per_seq, ctx_lens) for x in sl[c:]],
-                                    dtype=torch.int64)
-        kv_slots = torch.tensor([sl + [0] * (max_kv - len(sl)) for sl in slots_per_seq], dtype=torch.int64)
-        mask = q_index = q_valid = None
-        if batch > 1 or max_q > 1:
-            q_off = torch.arange(max_q)[None, :, None]  # [1, max_q, 1]
-            key = torch.arange(max_kv)[None, None, :]  # [1, 1, max_kv]
-            ctx = torch.tensor(ctx_lens)[:, None, None]
-            qlen = torch.tensor(q_lens)[:, None, None]
-            visible = key <= ctx + q_off  # causal on top of the cache
-            visible |= q_off >= qlen  # padded query rows see everything (discarded)
-            mask = visible[:, None]  # [batch, 1, max_q, max_kv]
-        if batch > 1:
-            starts = torch.tensor([0] + q_lens[:-1]).cumsum(0)[:, None]
-            q_off = torch.arange(max_q)[None, :]
-            q_valid = q_off < torch.tensor(q_lens)[:, None]
-            q_index = torch.where(q_valid, starts + q_off, torch.zeros_like(q_off))
-            q_valid = q_valid.to(device)
-            q_index = q_index.to(device)
-        return cls(kv_cache, slot_mapping.to(device), kv_slots.to(device), q_index, q_valid,
-                   None if mask is None else mask.to(device))
+            if len(s.block_table) * bs < n:
+                raise ValueError(f"block_table of {len(s.block_table)} blocks x {bs} covers fewer than "
+                                 f"context_len + query_len = {n} positions")
+        batch, num_tokens, max_q, max_kv = len(seqs), int(qlen.sum()), int(qlen.max()), int(total.max())
+        if pad is None:
+            pad = Padding(num_tokens, batch, max_q, max_kv, None)
+        elif pad.tokens < num_tokens or pad.batch < batch or pad.queries < max_q or pad.keys < max_kv:
+            raise ValueError(f"padding {pad} is below the real sizes: tokens {num_tokens}, batch {batch}, "
+                             f"queries {max_q}, keys {max_kv}")
+        padded = pad.pad_slot is not None
+        ctx_p, qlen_p, starts_p = (np.zeros(pad.batch, np.int64) for _ in range(3))
+        ctx_p[:batch], qlen_p[:batch] = ctx, qlen
+        starts_p[:batch] = np.cumsum(qlen) - qlen
+        # kv_slots [B, K]: block_table[p // bs] * bs + p % bs for p < total, else the pad slot
+        n_blocks = -(-pad.keys // bs)
+        tables = np.zeros((pad.batch, n_blocks), np.int64)
+        for i, s in enumerate(seqs):
+            row = s.block_table[:n_blocks]
+            tables[i, :len(row)] = row
+        slots = (tables[:, :, None] * bs + np.arange(bs)).reshape(pad.batch, -1)[:, :pad.keys]
+        kv_slots = np.where(np.arange(pad.keys) < (ctx_p + qlen_p)[:, None], slots, pad.pad_slot if padded else 0)
+        # per flat token: its sequence and its offset among that sequence's queries
+        seq_of = np.repeat(np.arange(batch), qlen)  # [T]
+        offset = np.arange(num_tokens) - starts_p[seq_of]
+        slot_mapping = np.full(pad.tokens, pad.pad_slot if padded else 0, np.int64)
+        slot_mapping[:num_tokens] = kv_slots[seq_of, ctx[seq_of] + offset]
+        q_index = t_index = mask = None
+        if padded or pad.batch > 1 or pad.tokens != pad.queries:
+            q_off = np.arange(pad.queries)
+            q_index = np.where(q_off < qlen_p[:, None], starts_p[:, None] + q_off, 0)  # [B, Q]
+            t_index = np.zeros(pad.tokens, np.int64)
+            t_index[:num_tokens] = seq_of * pad.queries + offset
+        if padded or pad.batch > 1 or pad.queries > 1:
+            mask = _causal_on_cache(ctx_p, qlen_p, pad.queries, pad.keys, device)
+        return cls(kv_cache, _to(slot_mapping, device), _to(kv_slots, device), _to(q_index, device),
+                   _to(t_index, device), mask)
 
     def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                scale: float) -> torch.Tensor:
@@ -194,8 +230,26 @@ class PagedAttention:
             queries = q.unsqueeze(0)  # [1, T, Hq, D]
         else:
             queries = q[self.q_index]  # [B, max_q, Hq, D]
-        out = sdpa(queries.transpose(1, 2), keys, values, self.mask, False, scale)
+        out = sdpa(queries.transpose(1, 2), keys.to(queries.dtype), values.to(queries.dtype), self.mask,
+                   False, scale)
         out = out.transpose(1, 2)  # [B, max_q, Hq, D]
-        if self.q_valid is None:
+        if self.t_index is None:
             return out[0]
-        return out[self.q_valid]
+        return out.reshape(-1, *out.shape[2:])[self.t_index]  # [T, Hq, D]
+
+
+def _causal_on_cache(ctx: np.ndarray, qlen: np.ndarray, max_q: int, max_kv: int,
+                     device: torch.device | str) -> torch.Tensor:
+    """bool [B, 1, max_q, max_kv]: query j of sequence b sees keys 0..ctx[b]+j; padded query
+    rows (j >= qlen[b]) see every key (their output is discarded; SDPA needs one visible key)."""
+    key = torch.arange(max_kv, device=device)[None, None, :]  # [1, 1, K]
+    q_off = torch.arange(max_q, device=device)[None, :, None]  # [1, Q, 1]
+    ctx_t = _to(ctx, device)[:, None, None]
+    qlen_t = _to(qlen, device)[:, None, None]
+    return ((key <= ctx_t + q_off) | (q_off >= qlen_t))[:, None]
+
+
+def _to(array: np.ndarray | None, device: torch.device | str) -> torch.Tensor | None:
+    if array is None:
+        return None
+    return torch.from_numpy(np.ascontiguousarray(array)).to(device, non_blocking=True)

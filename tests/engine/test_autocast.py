@@ -1,0 +1,50 @@
+"""bf16 autocast on CPU: chosen from the processor's bf16 matrix units, forced by `autocast=True`
+(this machine may have none: the bf16 path is checked for correctness here, not speed)."""
+
+import pytest
+import torch
+
+from wedlm import LLM, SamplingParams
+from wedlm.engine.config import resolve_autocast
+
+CPU, CUDA = torch.device("cpu"), torch.device("cuda")
+
+
+@pytest.mark.parametrize("requested,device,dtype,flags,expected", [
+    (None, CPU, "float32", {"avx2"}, None),
+    (None, CPU, "float32", {"avx2", "amx_bf16"}, torch.bfloat16),
+    (None, CPU, "float32", {"avx512_bf16"}, torch.bfloat16),
+    (None, CUDA, "float32", {"amx_bf16"}, None),
+    (None, CPU, "bfloat16", {"amx_bf16"}, None),
+    (True, CPU, "float32", {"avx2"}, torch.bfloat16),
+    (False, CPU, "float32", {"amx_bf16"}, None),
+])
+def test_resolve_autocast(requested, device, dtype, flags, expected):
+    assert resolve_autocast(requested, device, dtype, flags) is expected
+
+
+def test_forced_autocast_needs_float32_weights():
+    with pytest.raises(ValueError, match="autocast=True needs float32 weights"):
+        resolve_autocast(True, CPU, "bfloat16", set())
+
+
+def test_forced_bf16_autocast_runs_in_bf16_and_stays_close(tiny_path):
+    plain = LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=4, device="cpu", autocast=False)
+    bf16 = LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=4, device="cpu", autocast=True)
+    assert bf16.engine.precision == "float32 weights, bf16 autocast (forced)"
+    assert plain.engine.precision == "float32 weights, no autocast (off)"
+    seen = []
+    bf16.engine.runner.model.lm_head.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+    params = SamplingParams(temperature=0.0, max_tokens=6, decoding="ar", ignore_eos=True)
+    out = bf16.generate([[5, 9, 14]], params)[0]
+    assert len(out["token_ids"]) == 6 and seen and set(seen) == {torch.bfloat16}
+    # one forward's logits: bf16 against fp32, within bf16 rounding of their scale
+    from wedlm.engine.runner import ForwardItem
+
+    item = ForwardItem([5, 9, 14, 20], [0, 1, 2, 3], [0], 0, [0, 1, 2, 3])
+    a = plain.engine.runner.run([item])[0].logits
+    b = bf16.engine.runner.run([item])[0].logits
+    assert b.dtype == torch.float32
+    finite = torch.isfinite(a)
+    assert torch.equal(finite, torch.isfinite(b))
+    assert (a[finite] - b[finite]).abs().max() <= 0.05 * a[finite].abs().max()

@@ -1,0 +1,18 @@
+"""Shape buckets of the compiled forward (`wedlm/engine/buckets.py`)."""
+
+import pytest
+
+from wedlm.engine.buckets import StepShape, bucket, key_bucket
+
+
+def test_bucket_values():
+    assert [bucket(n) for n in (1, 2, 3, 5, 8, 9, 16, 17, 250, 257, 300)] == \
+        [2, 2, 4, 8, 8, 16, 16, 24, 256, 320, 320]
+    assert [key_bucket(n) for n in (1, 64, 65, 512, 513)] == [64, 64, 128, 512, 576]
+    with pytest.raises(ValueError, match="must be >= 1"):
+        bucket(0)
+
+
+def test_step_shape():
+    shape = StepShape.of(tokens=17, batch=1, queries=17, keys=530, rows=0)
+    assert shape == StepShape(tokens=24, batch=2, queries=24, keys=576, rows=2)

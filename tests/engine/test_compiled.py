@@ -1,0 +1,51 @@
+"""The compiled forward (`enforce_eager=False`) gives the eager reference's tokens
+(docs/invariants.md, "Fast paths agree with their reference").
+
+Greedy tokens of all four decoders, run together in one continuous batch (so the steps
+cover prefill, mixed batches and the batch shrinking to one), must be identical eager and
+compiled. Compiling on one busy CPU thread costs tens of seconds per graph, so the default
+run has one such test on a short budget; the longer per-decoder runs are `slow`.
+"""
+
+import pytest
+
+from wedlm import LLM, SamplingParams
+from wedlm.engine.defaults import DECODERS
+
+PROMPTS = [[5, 9, 14, 3 + i] for i in range(len(DECODERS))]
+
+
+def generate(llm, max_tokens):
+    params = [SamplingParams(temperature=0.0, max_tokens=max_tokens + 3 * i, decoding=d, ignore_eos=True)
+              for i, d in enumerate(DECODERS)]
+    return [o["token_ids"] for o in llm.generate(PROMPTS, params)]
+
+
+@pytest.fixture(scope="module")
+def compiled_llm(tiny_path):
+    return LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=4, device="cpu", enforce_eager=False)
+
+
+def test_all_decoders_same_tokens_eager_and_compiled(make_llm, compiled_llm):
+    eager = generate(make_llm(), 10)
+    compiled = generate(compiled_llm, 10)
+    assert compiled == eager
+    assert all(len(ids) == 10 + 3 * i for i, ids in enumerate(eager))
+    runner = compiled_llm.engine.runner
+    assert runner.compiled is not None and runner.compiled.graphs == 1  # buckets: no recompile
+    assert make_llm().engine.runner.compiled is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("decoding", DECODERS)
+def test_each_decoder_alone_same_tokens(make_llm, compiled_llm, decoding):
+    params = SamplingParams(temperature=0.0, max_tokens=40, decoding=decoding, ignore_eos=True)
+    prompts = [[7, 1, 4], [2, 8, 8, 8, 3, 9, 30]]
+    eager = [o["token_ids"] for o in make_llm().generate(prompts, params)]
+    assert [o["token_ids"] for o in compiled_llm.generate(prompts, params)] == eager
+    assert [compiled_llm.generate([p], params)[0]["token_ids"] for p in prompts] == eager
+
+
+def test_enforce_eager_must_be_bool(tiny_path):
+    with pytest.raises(ValueError, match="enforce_eager must be True or False"):
+        LLM(str(tiny_path), device="cpu", enforce_eager="no")

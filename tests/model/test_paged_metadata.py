@@ -1,0 +1,72 @@
+"""The vectorised `PagedAttention.build` against a per-token reference loop, and padding
+(`Padding`, the compiled path's shape buckets) that changes no real output and no real cache row."""
+
+import torch
+
+from wedlm.model import KVCache, PagedAttention, Padding, SequenceSlice, load_model
+
+BS = 4
+
+
+def reference(seqs):
+    """slot_mapping, kv_slots (padded with 0) and mask, one token at a time."""
+    slot_mapping, kv_rows, vis = [], [], []
+    max_q = max(s.query_len for s in seqs)
+    max_kv = max(s.context_len + s.query_len for s in seqs)
+    for s in seqs:
+        total = s.context_len + s.query_len
+        row = [s.block_table[p // BS] * BS + p % BS for p in range(total)]
+        slot_mapping += row[s.context_len:]
+        kv_rows.append(row + [0] * (max_kv - total))
+        vis.append([[j >= s.query_len or key <= s.context_len + j for key in range(max_kv)] for j in range(max_q)])
+    return slot_mapping, kv_rows, vis
+
+
+def test_build_matches_per_token_reference():
+    cache = KVCache(1, 16, BS, 1, 2, torch.float32, "cpu")
+    seqs = [SequenceSlice([5, 2, 9], 3, 6), SequenceSlice([7], 0, 1), SequenceSlice([1, 0, 3, 4], 10, 3)]
+    meta = PagedAttention.build(cache, seqs)
+    slots, kv, vis = reference(seqs)
+    assert meta.slot_mapping.tolist() == slots
+    assert meta.kv_slots.tolist() == kv
+    assert meta.mask[:, 0].tolist() == vis
+    assert meta.q_index.tolist() == [[0, 1, 2, 3, 4, 5], [6, 0, 0, 0, 0, 0], [7, 8, 9, 0, 0, 0]]
+    assert meta.t_index.tolist() == [0, 1, 2, 3, 4, 5, 6, 12, 13, 14]
+    single = PagedAttention.build(cache, [SequenceSlice([5, 2], 6, 1)])
+    assert single.mask is None and single.q_index is None and single.t_index is None
+    assert single.slot_mapping.tolist() == [2 * BS + 2]
+
+
+def run(model, cache, seqs, ids, pos, pad=None):
+    meta = PagedAttention.build(cache, seqs, pad=pad)
+    n = ids.shape[0]
+    if pad is not None:
+        ids = torch.cat([ids, torch.zeros(pad.tokens - n, dtype=torch.int64)])
+        pos = torch.cat([pos, torch.zeros(pad.tokens - n, dtype=torch.int64)])
+    with torch.inference_mode():
+        return model.hidden_states(ids, pos, meta)[:n]
+
+
+def test_padding_changes_no_output_and_no_real_cache_row(tiny_wedlm):
+    model = load_model(tiny_wedlm)
+    cfg = model.config
+    seqs = [SequenceSlice([3, 1, 6], 5, 4), SequenceSlice([0, 2], 0, 7)]
+    ids = torch.randint(0, 250, (11,), generator=torch.Generator().manual_seed(1))
+    pos = torch.tensor([5, 6, 7, 8] + list(range(7)))
+    caches = []
+    for pad in (None, Padding(tokens=16, batch=4, queries=8, keys=64, pad_slot=8 * BS)):
+        cache = KVCache(cfg.num_hidden_layers, 9, BS, cfg.num_key_value_heads, cfg.head_dim, torch.float32, "cpu")
+        for layer in range(cfg.num_hidden_layers):  # the same "earlier" context in both caches
+            g = torch.Generator().manual_seed(layer)
+            cache.k[layer].copy_(torch.randn(cache.k[layer].shape, generator=g))
+            cache.v[layer].copy_(torch.randn(cache.v[layer].shape, generator=g))
+        caches.append((cache, run(model, cache, seqs, ids, pos, pad)))
+    (plain, out_plain), (padded, out_padded) = caches
+    assert torch.allclose(out_plain, out_padded, atol=1e-5, rtol=1e-5)
+    written = set(reference(seqs)[0])
+    untouched = torch.tensor([r for r in range(8 * BS) if r not in written])
+    for layer in range(cfg.num_hidden_layers):  # padded tokens wrote only into the scratch block
+        for a, b in ((plain.k[layer], padded.k[layer]), (plain.v[layer], padded.v[layer])):
+            a, b = a.view(-1, *a.shape[2:]), b.view(-1, *b.shape[2:])
+            assert torch.equal(a[untouched], b[untouched])
+            assert torch.allclose(a[:8 * BS], b[:8 * BS], atol=1e-5, rtol=1e-5)

@@ -1,0 +1,55 @@
+"""Shape buckets of the compiled forward: a step's sizes are padded up to a few fixed values.
+
+Compiled code (and above all a CUDA graph) is specialised to the shapes it saw. Padding
+the number of tokens, sequences, queries per sequence, keys per sequence and logit rows
+of a step up to a bucket keeps the set of shapes small, so the forward is not
+recompiled (or re-captured) every step. Small sizes get fine buckets (a 16-slot window
+is not padded to 32), large ones coarse buckets (the step cost is then large anyway).
+No torch here: the runner turns a `StepShape` into a `model.Padding`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KEY_BUCKET = 64  # keys per sequence are padded to a multiple of this
+
+
+def bucket(n: int) -> int:
+    """The bucket of a count n >= 1: 2, 4, 8, then multiples of 8 up to 256, then of 64.
+
+    There is no bucket 1: torch.compile specialises every size of 1 (a second graph for
+    batch 1, one token or one logit row); padding it to 2 costs next to nothing.
+
+    Raises:
+        ValueError: n < 1.
+    """
+    if n < 1:
+        raise ValueError(f"a bucketed size must be >= 1, got {n}")
+    if n <= 8:
+        return max(2, 1 << (n - 1).bit_length())
+    step = 8 if n <= 256 else 64
+    return -(-n // step) * step
+
+
+def key_bucket(n: int) -> int:
+    """Keys per sequence rounded up to a multiple of `KEY_BUCKET` (n >= 1)."""
+    if n < 1:
+        raise ValueError(f"a bucketed size must be >= 1, got {n}")
+    return -(-n // KEY_BUCKET) * KEY_BUCKET
+
+
+@dataclass(frozen=True, slots=True)
+class StepShape:
+    """The padded sizes of one step: tokens, sequences, queries and keys per sequence, logit rows."""
+
+    tokens: int
+    batch: int
+    queries: int
+    keys: int
+    rows: int
+
+    @classmethod
+    def of(cls, tokens: int, batch: int, queries: int, keys: int, rows: int) -> "StepShape":
+        """Bucket the real sizes (`rows` may be 0: a prefill chunk still gets a bucket of rows)."""
+        return cls(bucket(tokens), bucket(batch), bucket(queries), key_bucket(keys), bucket(max(rows, 1)))

@@ -1,0 +1,103 @@
+"""The step's forward as one function, run eagerly (the reference) or `torch.compile`d.
+
+`forward_logits` is everything a decode step asks of the model: hidden states of
+all fed tokens (K/V written into the paged cache), logits at the asked rows in
+float32, the [MASK] column banned, the greedy ids. `CompiledForward` is the
+same function under `torch.compile` (inductor; on CPU C++/OpenMP kernels, on
+CUDA Triton kernels plus CUDA graphs for decode-sized steps), called with
+inputs padded to shape buckets (`buckets.py`) so a new step rarely means a new
+compile. `enforce_eager=True` (the engine option) runs `forward_logits`
+directly; `tests/engine/test_compiled.py` checks that both give the same tokens.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+from torch.fx.experimental import _config as fx_config
+
+from ..model import PagedAttention, QwenForCausalLM
+
+log = logging.getLogger("wedlm.engine")
+
+# Steps with at most this many (padded) tokens run as CUDA graphs; larger ones (prefill) compiled only.
+CUDA_GRAPH_MAX_TOKENS = 512
+
+
+def forward_logits(model: QwenForCausalLM, input_ids: torch.Tensor, positions: torch.Tensor,
+                   attn: PagedAttention, logit_rows: torch.Tensor, mask_token_id: int | None,
+                   autocast: torch.dtype | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One paged forward: K/V of every token into the cache, logits at `logit_rows`.
+
+    Args:
+        input_ids, positions: int64 [num_tokens] (logical positions, any order).
+        attn: the paged-attention metadata of the step.
+        logit_rows: int64 [num_rows] indices into the token axis.
+        mask_token_id: this column is set to -inf in every row ([MASK] is never an output).
+        autocast: run the model under `torch.autocast(dtype=autocast)` (bf16 on a CPU with
+            bf16 matrix units); None = the weights' dtype.
+
+    Returns:
+        (float32 logits [num_rows, vocab], int64 argmax [num_rows]).
+    """
+    with torch.autocast(input_ids.device.type, dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+        logits = model(input_ids, positions, attn, logit_rows)
+    logits = logits.float()
+    if mask_token_id is not None:
+        logits[:, mask_token_id] = float("-inf")
+    return logits, logits.argmax(-1)
+
+
+class CompiledForward:
+    """`forward_logits` under `torch.compile`, with the same signature.
+
+    Compilation is lazy: the first call of each new graph compiles (seconds to a
+    minute); `graphs` and `compile_s` count them and each is logged once. Inputs
+    must already be padded to shape buckets (the runner does it). On CUDA, steps of
+    at most `CUDA_GRAPH_MAX_TOKENS` padded tokens replay CUDA graphs (one per bucket
+    shape); the KV cache tensors are marked as static addresses so the graphs may
+    write into them.
+
+    Args:
+        device: the model's device.
+        kv_tensors: every K and V cache tensor (marked static on CUDA).
+    """
+
+    def __init__(self, device: torch.device, kv_tensors: list[torch.Tensor]) -> None:
+        self.graphs = 0
+        self.compile_s = 0.0
+        self._compiled = torch.compile(forward_logits, dynamic=True)
+        self._graphed = None
+        for t in kv_tensors:  # fixed shapes: no symbolic sizes to collide with the step's sizes
+            torch._dynamo.mark_static(t)
+        if device.type == "cuda":
+            for t in kv_tensors:
+                torch._dynamo.mark_static_address(t)
+            self._graphed = torch.compile(forward_logits, dynamic=True, mode="reduce-overhead")
+
+    def __call__(self, model, input_ids, positions, attn, logit_rows, mask_token_id, autocast):
+        graphed = self._graphed is not None and input_ids.shape[0] <= CUDA_GRAPH_MAX_TOKENS
+        fn = self._graphed if graphed else self._compiled
+        before = _unique_graphs()
+        start = time.perf_counter()
+        # no "duck sizing": two sizes that happen to be equal in one step must not be assumed equal
+        with fx_config.patch(use_duck_shape=False):
+            logits, argmax = fn(model, input_ids, positions, attn, logit_rows, mask_token_id, autocast)
+        if graphed:  # a CUDA graph's outputs are overwritten by its next replay
+            logits, argmax = logits.clone(), argmax.clone()
+        new = _unique_graphs() - before
+        if new:
+            elapsed = time.perf_counter() - start
+            self.graphs += new
+            self.compile_s += elapsed
+            log.info("compiled forward: graph %d for %d tokens (%s) in %.1f s (total %.1f s)", self.graphs,
+                     input_ids.shape[0], "CUDA graph" if graphed else "inductor", elapsed, self.compile_s)
+        return logits, argmax
+
+
+def _unique_graphs() -> int:
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
