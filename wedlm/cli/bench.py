@@ -12,12 +12,14 @@ import shlex
 import sys
 
 from ..engine.defaults import DEFAULT_ENTROPY_THRESHOLD
-from .options import add_runtime_args, apply_threads, default_model
+from .options import add_runtime_args, add_speed_args, apply_threads, default_model
 
 EXAMPLES = """examples:
   wedlm bench --quick                      # about a minute on a laptop CPU
   wedlm bench --out-dir docs               # regenerate docs/benchmarks.md and docs/img/bench_*.png
   wedlm bench --model /models/WeDLM-8B-Instruct --device cuda --dtype bfloat16 --tasks arithmetic,text
+  wedlm bench --slot-cost --quick          # the slot-cost curve only (shipped model, eager and compiled)
+  wedlm bench --slot-cost --slot-cost-models models/wedlm-tiny,random-40m,random-150m --out-dir docs
 """
 
 
@@ -67,7 +69,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--prefix-caching", action="store_true",
                    help="let the engine reuse prompt KV across requests (off: every system prefills every prompt)")
     p.add_argument("--no-plots", action="store_true", help="write JSON and markdown only")
+    p.add_argument("--slot-cost", action="store_true",
+                   help="run only the slot-cost section: one forward with W = 1..64 window slots over a cached "
+                        "prefix, eager and compiled, with the break-even tokens/forward of wedlm vs ar "
+                        "(writes slot_cost.json, slot_cost.md, img/bench_slot_cost.png)")
+    p.add_argument("--slot-cost-models", type=_names, default=None, metavar="M1,M2",
+                   help="slot-cost models: folders or random-40m / random-150m (random-weight Qwen3 shapes); "
+                        "default: --model, random-40m, random-150m (quick: --model)")
+    p.add_argument("--slot-cost-prefix", type=int, default=None, metavar="N",
+                   help="cached prefix of the slot-cost forwards (default: 512, quick: 128)")
     add_runtime_args(p)
+    add_speed_args(p)
     p.set_defaults(func=run)
     return p
 
@@ -88,7 +100,38 @@ def config_from_args(args: argparse.Namespace, command: str = ""):
                        batch_sizes=args.batch_sizes, max_tokens=args.max_tokens,
                        verified=not args.no_verified, transformers=not args.no_transformers,
                        window_size=args.window_size, prefix_caching=args.prefix_caching, device=args.device, dtype=args.dtype, quick=quick,
+                       enforce_eager=args.enforce_eager is not False, autocast=args.autocast,
                        command=command, **picked)
+
+
+def slot_cost_config(args: argparse.Namespace):
+    """`SlotCostConfig` from parsed options; --quick: the --model only, W in 1, 4, 16, prefix 128."""
+    from wedlm.bench.slot_cost import QUICK_SLOTS, SlotCostConfig
+
+    quick = args.quick
+    models = args.slot_cost_models or ((args.model,) if quick else (args.model, "random-40m", "random-150m"))
+    modes = ("eager", "compiled") if args.enforce_eager is None else \
+        (("eager",) if args.enforce_eager else ("compiled",))
+    extra = {"slots": QUICK_SLOTS, "tpf_max_tokens": 32} if quick else {}
+    return SlotCostConfig(models=tuple(models), prefix=args.slot_cost_prefix or (128 if quick else 512),
+                          repeats=args.repeats or (3 if quick else 20), modes=modes, window_size=args.window_size,
+                          device=args.device, dtype=args.dtype, autocast=args.autocast, **extra)
+
+
+def run_slot_cost_section(args: argparse.Namespace) -> int:
+    from wedlm.bench.slot_cost import run_slot_cost, write_slot_cost
+
+    result = run_slot_cost(slot_cost_config(args))
+    paths = write_slot_cost(result, args.out_dir, plots=not args.no_plots)
+    print(f"machine: {result['machine_line']}")
+    for r in result["rows"]:
+        tpf = "-" if r["tokens_per_forward"] is None else f"{r['tokens_per_forward']:.2f}"
+        ratio = "" if r["ratio_16_vs_1"] is None else f", 16 vs 1 slot {r['ratio_16_vs_1']:.2f}x"
+        print(f"  {r['model']} ({r['mode']}, {r['precision']}): break-even {r['break_even']:.2f} tokens/forward "
+              f"at W={r['window']}, measured {tpf}{ratio}")
+    for kind, path in paths.items():
+        print(f"{kind}: {path}")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -96,6 +139,8 @@ def run(args: argparse.Namespace) -> int:
     from wedlm.bench.runner import run_bench
 
     apply_threads(args)
+    if args.slot_cost:
+        return run_slot_cost_section(args)
     argv = sys.argv[1:] if sys.argv[1:2] == ["bench"] else ["bench", "..."]
     cfg = config_from_args(args, shlex.join(["wedlm", *argv]))
     result = run_bench(cfg)
