@@ -21,7 +21,7 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # noq
 from wedlm import SamplingParams  # noqa: E402
 from wedlm.cli.main import default_model, main  # noqa: E402
 from wedlm.evaluate.lm_eval_model import WeDLMLM, resolve_device, sampling_params  # noqa: E402
-from wedlm.evaluate.loglikelihood import rolling_requests  # noqa: E402
+from wedlm.evaluate.loglikelihood import ScoreRequest, rolling_requests, score_requests  # noqa: E402
 from wedlm.model import DenseAttention  # noqa: E402
 
 GEN = [{"prompt": "Reverse the list: Tom, Anna, Ben.", "answer": "Ben, Anna, Tom"},
@@ -72,7 +72,8 @@ metric_list:
 @pytest.fixture(scope="module")
 def lm():
     torch.set_num_threads(1)
-    return WeDLMLM(pretrained=default_model(), decoding="wedlm", device="cpu", max_num_seqs=8)
+    # fp32 on every CPU (autocast=False), so the direct forward below is the same arithmetic
+    return WeDLMLM(pretrained=default_model(), decoding="wedlm", device="cpu", max_num_seqs=8, autocast=False)
 
 
 def direct_logprob(lm, context: str, continuation: str) -> float:
@@ -159,13 +160,13 @@ def test_bad_decoding_is_named(lm):
 def test_cli_logs_the_models_own_loglikelihoods(tmp_path, capsys):
     folder = write_tasks(tmp_path / "tasks")
     out = tmp_path / "out"
-    rc = main(["lm-eval", "--model", "wedlm", "--model_args", f"pretrained={default_model()},decoding=ar",
+    rc = main(["lm-eval", "--model", "wedlm", "--model_args", f"pretrained={default_model()},decoding=ar,autocast=False",
                "--device", "cpu", "--tasks", "wedlm_local_mc", "--include_path", str(folder),
                "--log_samples", "--output_path", str(out), "--limit", "2"])
     assert rc == 0
     [samples_file] = out.rglob("samples_wedlm_local_mc_*.jsonl")
     [results_file] = out.rglob("results_*.json")
-    lm = WeDLMLM(pretrained=default_model(), decoding="ar", device="cpu")
+    lm = WeDLMLM(pretrained=default_model(), decoding="ar", device="cpu", autocast=False)
     samples = [json.loads(line) for line in samples_file.read_text().splitlines()]
     assert len(samples) == 2
     for sample in samples:
@@ -226,7 +227,8 @@ def test_loglikelihood_refuses_tensor_parallel_engines(lm):
 
 def test_long_contexts_are_cut_from_the_left(ckpt_factory):
     path = ckpt_factory("lm-eval-tiny", wedlm=True, tokenizer=True, vocab_size=260)
-    small = WeDLMLM(pretrained=str(path), decoding="ar", device="cpu", max_model_len=64, max_gen_toks=8)
+    small = WeDLMLM(pretrained=str(path), decoding="ar", device="cpu", max_model_len=64, max_gen_toks=8,
+                    autocast=False)
     context = "x" * 200  # 200 byte tokens: only the last 56 fit beside 8 new ones
     [text] = small.generate_until([Instance("generate_until", {}, (context, {"until": []}), 0)], disable_tqdm=True)
     assert small.decode_stats()["generation"]["decode_tokens"] <= 8
@@ -235,3 +237,17 @@ def test_long_contexts_are_cut_from_the_left(ckpt_factory):
     assert text == cut
     with pytest.raises(ValueError, match="max_gen_toks=64 leaves no room for a prompt within max_model_len=64"):
         small.generate_until([Instance("generate_until", {}, ("hi", {"max_gen_toks": 64}), 0)])
+
+
+def test_scores_use_the_engines_autocast(ckpt_factory):
+    path = str(ckpt_factory("lm-eval-tiny", wedlm=True, tokenizer=True, vocab_size=260))
+    request = [Instance("loglikelihood", {}, ("Sort: b, a.", " a, b"), 0)]
+    bf16 = WeDLMLM(pretrained=path, decoding="ar", device="cpu", autocast=True)
+    fp32 = WeDLMLM(pretrained=path, decoding="ar", device="cpu", autocast=False)
+    assert bf16.llm.engine.runner.autocast == torch.bfloat16 and fp32.llm.engine.runner.autocast is None
+    [(lp_bf16, _)] = bf16.loglikelihood(request, disable_tqdm=True)
+    [(lp_fp32, _)] = fp32.loglikelihood(request, disable_tqdm=True)
+    ctx, cont = fp32._encode_pair("Sort: b, a.", " a, b")
+    [want] = score_requests(bf16.llm.engine.model, [ScoreRequest(tuple(ctx), tuple(cont))], 64,
+                            mask_token_id=bf16.llm.engine.mask_token_id, autocast=torch.bfloat16)
+    assert lp_bf16 == want.logprob and lp_bf16 != lp_fp32 and lp_bf16 == pytest.approx(lp_fp32, abs=0.5)

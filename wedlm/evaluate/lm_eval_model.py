@@ -19,7 +19,8 @@ Model arguments (`--model_args key=value,...`): `pretrained` (model folder),
 `wedlm_pos_penalty_factor`, `window_size` (None = the model folder's
 generation_config.json, else the engine's defaults), `dtype`, `max_model_len`,
 `max_num_seqs`, `max_gen_toks` (default budget when a task sets none),
-`max_batch_tokens` (loglikelihood rows x length per forward), `seed`.
+`max_batch_tokens` (loglikelihood rows x length per forward), `seed`, and the
+engine's `autocast` (None = automatic, True, False) and `enforce_eager`.
 
 Why a module import instead of a plugin: lm-eval 0.4 finds models only in
 modules it has imported, so `wedlm lm-eval ...` imports this module and then
@@ -103,7 +104,8 @@ class WeDLMLM(TemplateLM):
                  wedlm_pos_penalty_factor: float | None = None, window_size: int | None = None,
                  device: str | None = None, dtype: str | None = None, max_model_len: int | None = None,
                  max_num_seqs: int = 64, max_gen_toks: int = 256, max_batch_tokens: int = 4096, seed: int = 0,
-                 batch_size: Any = None, max_batch_size: Any = None, llm=None) -> None:
+                 autocast: bool | None = None, enforce_eager: bool = True, batch_size: Any = None,
+                 max_batch_size: Any = None, llm=None) -> None:
         super().__init__()
         from wedlm import LLM
 
@@ -117,7 +119,7 @@ class WeDLMLM(TemplateLM):
         SamplingParams(**self.decode)  # a bad decoder or knob fails here, named, before the model loads
         self.llm = llm or LLM(model=pretrained, wedlm_window_size=window_size, max_model_len=max_model_len,
                               max_num_seqs=int(max_num_seqs), device=resolve_device(device), dtype=dtype,
-                              seed=int(seed))
+                              seed=int(seed), autocast=autocast, enforce_eager=enforce_eager)
         self.tokenizer = self.llm.tokenizer
         if self.tokenizer is None:
             raise ValueError(f"{pretrained}: the wedlm model needs a tokenizer in the model folder")
@@ -163,7 +165,7 @@ class WeDLMLM(TemplateLM):
                                       "run it with tensor_parallel_size=1")
         t0 = time.perf_counter()
         results = score_requests(engine.model, requests, self.max_length, self.max_batch_tokens,
-                                 engine.mask_token_id, progress)
+                                 engine.mask_token_id, progress, getattr(engine.runner, "autocast", None))
         self.score_counts["requests"] += len(requests)
         self.score_counts["tokens"] += sum(len(r.continuation) for r in requests)
         self.score_counts["wall_s"] += time.perf_counter() - t0

@@ -161,7 +161,8 @@ def _batch_tensors(batch: list[PackedRow], device) -> tuple[torch.Tensor, torch.
 
 @torch.inference_mode()
 def score_requests(model, requests: Sequence[ScoreRequest], max_len: int, max_batch_tokens: int = 4096,
-                   mask_token_id: int | None = None, progress: bool = False) -> list[ScoreResult]:
+                   mask_token_id: int | None = None, progress: bool = False,
+                   autocast: torch.dtype | None = None) -> list[ScoreResult]:
     """log P(continuation | context) for every request, in input order.
 
     Args:
@@ -172,6 +173,8 @@ def score_requests(model, requests: Sequence[ScoreRequest], max_len: int, max_ba
         max_batch_tokens: rows x padded length per forward.
         mask_token_id: a vocabulary column excluded before the softmax (WeDLM's [MASK]), or None.
         progress: show a progress bar over forwards.
+        autocast: run the forward under `torch.autocast` with this dtype (the engine's
+            `runner.autocast`, so scores use the arithmetic generation uses); None = off.
 
     Returns:
         one `ScoreResult` per request: the summed log-probability (nats, float64 sum of
@@ -188,7 +191,8 @@ def score_requests(model, requests: Sequence[ScoreRequest], max_len: int, max_ba
     for batch in tqdm(batches, desc="loglikelihood", unit="forward", disable=not progress):
         ids, pos, visible, scored = _batch_tensors(batch, model.device)
         flat_rows = torch.tensor([r for _, rows, _ in scored for r in rows], dtype=torch.int64, device=model.device)
-        logits = model(ids, pos, DenseAttention(mask=visible), flat_rows).float()  # [n_rows, vocab]
+        with torch.autocast(model.device.type, dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+            logits = model(ids, pos, DenseAttention(mask=visible), flat_rows).float()  # [n_rows, vocab]
         if mask_token_id is not None:
             logits[:, mask_token_id] = float("-inf")
         logprobs = torch.log_softmax(logits, dim=-1)
