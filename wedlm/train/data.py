@@ -4,7 +4,7 @@ What: a text record becomes its tokens plus EOS, every token maskable and scored
 (EOS is always supervised, so the model learns where a document stops). A chat
 record is rendered with the tokenizer's chat template, one turn at a time:
 everything up to and including each assistant header is prompt (never masked,
-never scored, wedlm-facts.md section 3); the assistant content and its
+never scored; docs/method.md, "Training"); the assistant content and its
 `<|im_end|>` are the response (masked and scored). With `learnable_ends` = N > 0
 (the official trainer's `num_learnable_im_end`, default 8 there and in our
 config), the last assistant reply is followed by N more `<|im_end|>` tokens, all

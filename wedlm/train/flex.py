@@ -1,7 +1,7 @@
 """FlexAttention fast path for dual-stream training (GPU; runs unfused but correct on CPU).
 
 What: `FlexDualStreamAttention` evaluates the visibility rules of
-wedlm-facts.md section 3 as a FlexAttention `mask_mod` from per-slot metadata
+docs/method.md ("Training") as a FlexAttention `mask_mod` from per-slot metadata
 (stream, document, block, logical position, physical index), and
 `create_block_mask` turns that into a block-sparse mask whose fully hidden
 tiles are skipped by the fused kernel (compiled with `torch.compile`).

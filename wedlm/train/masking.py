@@ -9,11 +9,11 @@ kept; section 4.1, Eq. 5-6). It also returns the boolean visibility mask, the
 per-slot loss weights 1/gamma_k (Eq. 10) and the labels of both losses.
 
 Why a pure function: the mask is the whole method, so it is pinned by a test
-against a slow reference written straight from the rules (architecture.md
+against a slow reference written straight from the rules (docs/invariants.md,
 invariant 7). Randomness is isolated in `draw_masks`; `build_dual_stream` is
 deterministic given the draw.
 
-Visibility rules (wedlm-facts.md section 3), all restricted to one document of
+Visibility rules (docs/method.md, "Training"), all restricted to one document of
 the packed row (no attention crosses a document boundary):
 * memory token at position p sees memory tokens at positions <= p;
 * a prediction token in block k sees memory tokens at positions < start(k) and
