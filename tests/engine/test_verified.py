@@ -43,7 +43,7 @@ def test_right_drafts_take_fewer_forwards(make_llm, monkeypatch):
     truth = llm.generate([prompt], greedy("ar"))[0]["token_ids"]
     bad_position = len(prompt) + 9
 
-    def oracle_draft(self, seq, logits, limit, start):
+    def oracle_draft(self, seq, logits, limit, start, scores=None):
         drafts = list(truth[start - len(prompt):start - len(prompt) + max(limit, 0)])
         drafts = [(t + 1) % 250 if start + i == bad_position else t for i, t in enumerate(drafts)]
         return drafts, None

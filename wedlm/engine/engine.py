@@ -200,7 +200,8 @@ class Engine:
         if seq.first_forward_end is None:
             seq.first_forward_end = now
         try:
-            step = self.decoders[seq.params.decoding].update(seq, plan, result.logits, result.argmax)
+            step = self.decoders[seq.params.decoding].update(seq, plan, result.logits, result.argmax,
+                                                             result.scores)
             new_ids, reason = commit_tokens(seq, step.committed, step.num_valid)
         except Exception as err:
             return self._fail(seq, f"decoder failed: {err}")

@@ -25,6 +25,7 @@ from ..model import KVCache, PagedAttention, Padding, QwenForCausalLM, SequenceS
 from .buckets import StepShape
 from .compiled import CompiledForward, forward_logits
 from .fast_model import optimize_for_inference
+from .sampling import RowScores, SoftmaxRows
 
 
 @dataclass
@@ -48,10 +49,12 @@ class ForwardItem:
 
 @dataclass
 class ForwardOutput:
-    """Logits of one item: float [len(logit_rows), vocab] and their argmax ids."""
+    """Logits of one item: float [len(logit_rows), vocab], their argmax ids and their softmax
+    and entropy (computed for the whole batch at once on first use; None without logits)."""
 
     logits: torch.Tensor
     argmax: list[int]
+    scores: RowScores | None = None
 
 
 @dataclass
@@ -163,10 +166,12 @@ class ModelRunner:
                                  self.mask_token_id, self.autocast)
         logits = logits[:batch.num_rows]
         ids = argmax[:batch.num_rows].tolist()
+        batch_scores = SoftmaxRows(logits)
         out, start = [], 0
         for item in items:
             n = len(item.logit_rows)
-            out.append(ForwardOutput(logits[start:start + n], ids[start:start + n]))
+            out.append(ForwardOutput(logits[start:start + n], ids[start:start + n],
+                                     RowScores(batch_scores, start, start + n)))
             start += n
         return out
 

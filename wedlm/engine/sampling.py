@@ -9,6 +9,8 @@ for greedy requests, the temperature/top-k/top-p-processed one otherwise.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from .sampling_params import SamplingParams
@@ -77,3 +79,41 @@ def choose(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
 def entropy(probs: torch.Tensor) -> torch.Tensor:
     """float32 [n]: Shannon entropy (nats) of each row of probs [n, V]."""
     return -(probs * probs.clamp_min(1e-30).log()).sum(dim=-1)
+
+
+class SoftmaxRows:
+    """softmax(logits) and its entropy for every logit row of one forward, computed once for
+    the whole batch on first use: the greedy fill scores of all windows at once (Eq. 11).
+
+    Args:
+        logits: float [num_rows, V] of the forward (already [MASK]-banned).
+    """
+
+    def __init__(self, logits: torch.Tensor) -> None:
+        self.logits = logits
+        self._probs: torch.Tensor | None = None
+        self._entropy: torch.Tensor | None = None
+
+    def rows(self, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(float32 probs [stop - start, V], float32 entropy [stop - start]) of rows start..stop-1."""
+        if self._probs is None:
+            self._probs = torch.softmax(self.logits.float(), dim=-1)
+            self._entropy = entropy(self._probs)
+        return self._probs[start:stop], self._entropy[start:stop]
+
+
+@dataclass(frozen=True)
+class RowScores:
+    """One item's rows start..stop-1 of a `SoftmaxRows`; slicing gives a sub-range (step 1)."""
+
+    batch: SoftmaxRows
+    start: int
+    stop: int
+
+    def __getitem__(self, index: slice) -> "RowScores":
+        sub = range(self.start, self.stop)[index]
+        return RowScores(self.batch, sub.start, max(sub.start, sub.stop))
+
+    def get(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(probs [n, V], entropy [n]) of plain softmax: the greedy distribution of these rows."""
+        return self.batch.rows(self.start, self.stop)

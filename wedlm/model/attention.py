@@ -241,7 +241,15 @@ class PagedAttention:
 def _causal_on_cache(ctx: np.ndarray, qlen: np.ndarray, max_q: int, max_kv: int,
                      device: torch.device | str) -> torch.Tensor:
     """bool [B, 1, max_q, max_kv]: query j of sequence b sees keys 0..ctx[b]+j; padded query
-    rows (j >= qlen[b]) see every key (their output is discarded; SDPA needs one visible key)."""
+    rows (j >= qlen[b]) see every key (their output is discarded; SDPA needs one visible key).
+
+    Built with numpy for a CPU forward (a tiny numpy op costs ~1 us, a torch op several), on the
+    device for a GPU one (no [B, Q, K] host-to-device copy).
+    """
+    if torch.device(device).type == "cpu":
+        key, q_off = np.arange(max_kv)[None, None, :], np.arange(max_q)[None, :, None]
+        visible = (key <= ctx[:, None, None] + q_off) | (q_off >= qlen[:, None, None])
+        return torch.from_numpy(visible[:, None])
     key = torch.arange(max_kv, device=device)[None, None, :]  # [1, 1, K]
     q_off = torch.arange(max_q, device=device)[None, :, None]  # [1, Q, 1]
     ctx_t = _to(ctx, device)[:, None, None]

@@ -24,6 +24,6 @@ class ARDecoder(Decoder):
         return WindowPlan([], [], [], [], anchor=True)
 
     def update(self, seq: Sequence, plan: WindowPlan, logits: torch.Tensor,
-               argmax: list[int]) -> StepResult:
+               argmax: list[int], scores=None) -> StepResult:
         tokens, _ = choose(logits[:1], seq.params, seq.generator, argmax[:1])
         return StepResult(tokens, 0)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from ..request import Sequence
+from ..sampling import RowScores
 
 
 @dataclass
@@ -87,6 +88,7 @@ class Decoder(ABC):
 
     @abstractmethod
     def update(self, seq: Sequence, plan: WindowPlan, logits: torch.Tensor,
-               argmax: list[int]) -> StepResult:
+               argmax: list[int], scores: RowScores | None = None) -> StepResult:
         """Consume logits float [len(plan.logit_rows) + plan.anchor, V] (anchor row first) and
-        their argmax ids; `plan` is what `plan(seq)` returned for this forward."""
+        their argmax ids; `plan` is what `plan(seq)` returned for this forward. `scores`: the
+        same rows' softmax and entropy computed batch-wide (None = compute from `logits`)."""

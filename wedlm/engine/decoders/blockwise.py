@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from ..request import Sequence
+from ..sampling import RowScores
 from .base import StepResult, WindowPlan
 from .streaming import StreamingDecoder, fill_masks
 
@@ -23,8 +24,8 @@ class BlockwiseDecoder(StreamingDecoder):
     name = "blockwise"
 
     def update(self, seq: Sequence, plan: WindowPlan, logits: torch.Tensor,
-               argmax: list[int]) -> StepResult:
-        fill_masks(seq, plan.row_slots, logits)
+               argmax: list[int], scores: RowScores | None = None) -> StepResult:
+        fill_masks(seq, plan.row_slots, logits, scores)
         if any(t is None for t in seq.window):
             return StepResult([], 0)
         block = list(seq.window)

@@ -15,12 +15,12 @@ from collections.abc import Sequence as Seq
 
 import torch
 
-from ..sampling import entropy, probabilities, sample
+from ..sampling import RowScores, entropy, probabilities, sample
 from ..sampling_params import SamplingParams
 
 
-def fill_scores(logits: torch.Tensor, params: SamplingParams,
-                distances: Seq[int]) -> tuple[torch.Tensor, torch.Tensor]:
+def fill_scores(logits: torch.Tensor, params: SamplingParams, distances: Seq[int],
+                scores: RowScores | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Probabilities and distance-adjusted entropies of mask predictions (Eq. 11).
 
     Args:
@@ -28,14 +28,21 @@ def fill_scores(logits: torch.Tensor, params: SamplingParams,
         params: the request's (resolved) sampling parameters: temperature, top-k/top-p,
             `wedlm_pos_penalty_factor` (lambda).
         distances: d_i for each row, in slots from the leftmost mask (>= 0).
+        scores: the same rows' softmax and entropy, computed for the whole batch at once
+            (`sampling.SoftmaxRows`); used for greedy requests, whose distribution is plain
+            softmax. None = compute them here from `logits` (the reference; same values).
 
     Returns:
         (probs float32 [n, V] under the request's sampling settings,
          adjusted float32 [n] = entropy in nats + lambda * d_i).
     """
-    probs = probabilities(logits, params)
+    if scores is not None and params.greedy:
+        probs, ent = scores.get()
+    else:
+        probs = probabilities(logits, params)
+        ent = entropy(probs)
     dist = torch.tensor(list(distances), dtype=torch.float32, device=probs.device)
-    return probs, entropy(probs) + params.wedlm_pos_penalty_factor * dist
+    return probs, ent + params.wedlm_pos_penalty_factor * dist
 
 
 def below_tau(adjusted: torch.Tensor, tau: float | None) -> list[bool]:

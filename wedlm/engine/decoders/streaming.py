@@ -28,6 +28,7 @@ from __future__ import annotations
 import torch
 
 from ..request import Sequence
+from ..sampling import RowScores
 from .base import Decoder, StepResult, WindowPlan
 from .fill import below_tau, draw, fill_scores
 
@@ -44,7 +45,7 @@ def plan_filled_first(seq: Sequence, mask_id: int) -> WindowPlan:
     return WindowPlan(ids, [base + i for i in filled + masks], list(range(len(filled), len(ids))), masks)
 
 
-def fill_masks(seq: Sequence, slots: list[int], logits: torch.Tensor) -> None:
+def fill_masks(seq: Sequence, slots: list[int], logits: torch.Tensor, scores: RowScores | None = None) -> None:
     """Fill masks of seq.window by the distance-adjusted entropy rule (Eq. 11, `fill.py`).
 
     Every mask scoring below tau is filled; when none does, the leftmost (default) or the
@@ -53,11 +54,12 @@ def fill_masks(seq: Sequence, slots: list[int], logits: torch.Tensor) -> None:
     Args:
         slots: window indices of the masks, ascending, aligned with `logits` rows.
         logits: float [len(slots), V] predictions at those masks.
+        scores: their batch-wide softmax and entropy (`fill.fill_scores`); None = from `logits`.
     """
     if not slots:
         return
     params = seq.params
-    probs, adjusted = fill_scores(logits, params, [s - slots[0] for s in slots])
+    probs, adjusted = fill_scores(logits, params, [s - slots[0] for s in slots], scores)
     tau = params.wedlm_entropy_threshold
     chosen = [j for j, ok in enumerate(below_tau(adjusted, tau)) if ok]
     if not chosen:
@@ -85,11 +87,11 @@ class StreamingDecoder(Decoder):
         return plan_filled_first(seq, self.mask_token_id)
 
     def update(self, seq: Sequence, plan: WindowPlan, logits: torch.Tensor,
-               argmax: list[int]) -> StepResult:
+               argmax: list[int], scores: RowScores | None = None) -> StepResult:
         window = seq.window
         k = leading_filled(window)
         committed = list(window[:k])
-        fill_masks(seq, plan.row_slots, logits)
+        fill_masks(seq, plan.row_slots, logits, scores)
         budget = seq.budget_left - k
         rest = seq.window[k:]
         seq.window = rest + [None] * max(0, min(seq.window_size, budget) - len(rest))

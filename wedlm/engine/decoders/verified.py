@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from ..request import Sequence
-from ..sampling import probabilities, sample
+from ..sampling import RowScores, probabilities, sample
 from .base import Decoder, StepResult, WindowPlan
 from .fill import below_tau, draw, fill_scores
 
@@ -60,7 +60,7 @@ class VerifiedDecoder(Decoder):
         return WindowPlan(ids, list(range(base, base + len(ids))), slots, slots, anchor=True)
 
     def update(self, seq: Sequence, plan: WindowPlan, logits: torch.Tensor,
-               argmax: list[int]) -> StepResult:
+               argmax: list[int], scores: RowScores | None = None) -> StepResult:
         drafts = [t for t in seq.window if t is not None]
         m = len(drafts)
         targets = logits[: m + 1]  # AR heads of the anchor and the drafts
@@ -73,14 +73,15 @@ class VerifiedDecoder(Decoder):
         new_drafts, q = [], None
         if accepted == m:  # masks after the bonus position saw only correct context
             new_drafts, q = self._draft(seq, logits[m + 2:], min(seq.window_size - 1, budget),
-                                        len(seq.tokens) + len(committed))
+                                        len(seq.tokens) + len(committed),
+                                        scores=None if scores is None else scores[m + 2:])
         n_masks = min(seq.window_size, budget - len(new_drafts))
         seq.window = list(new_drafts) + [None] * max(0, n_masks)
         seq.decoder_state = DraftState(q)
         return StepResult(committed, accepted)
 
-    def _draft(self, seq: Sequence, logits: torch.Tensor, limit: int,
-               first_position: int) -> tuple[list[int], torch.Tensor | None]:
+    def _draft(self, seq: Sequence, logits: torch.Tensor, limit: int, first_position: int,
+               scores: RowScores | None = None) -> tuple[list[int], torch.Tensor | None]:
         """Drafts for positions first_position.. from mask logits [k, V] there: the confident leading run.
 
         Returns at most `limit` draft ids and the q rows [n, V] they were sampled
@@ -90,7 +91,8 @@ class VerifiedDecoder(Decoder):
             return [], None
         logits = logits[:limit]
         params = seq.params
-        probs, adjusted = fill_scores(logits, params, range(logits.shape[0]))
+        probs, adjusted = fill_scores(logits, params, range(logits.shape[0]),
+                                      None if scores is None else scores[:limit])
         passing = below_tau(adjusted, params.wedlm_entropy_threshold)
         n = 1
         while n < len(passing) and passing[n]:

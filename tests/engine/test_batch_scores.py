@@ -1,0 +1,27 @@
+"""Fill scores from the batch-wide softmax (`sampling.SoftmaxRows`, all windows at once) equal
+the per-window reference computed from the logits (`fill.fill_scores` without `scores`)."""
+
+import torch
+
+from wedlm import SamplingParams
+from wedlm.engine.decoders.fill import fill_scores
+from wedlm.engine.sampling import RowScores, SoftmaxRows
+
+
+def test_batch_scores_equal_per_window_reference():
+    logits = 4 * torch.randn(9, 300, generator=torch.Generator().manual_seed(0))
+    logits[:, 7] = float("-inf")  # the banned [MASK] column
+    batch = SoftmaxRows(logits)
+    greedy = SamplingParams(temperature=0.0, wedlm_pos_penalty_factor=0.1)
+    for start, stop in ((0, 1), (2, 7), (7, 9)):
+        dist = range(stop - start)
+        ref = fill_scores(logits[start:stop], greedy, dist)
+        fast = fill_scores(logits[start:stop], greedy, dist, RowScores(batch, start, stop))
+        assert torch.equal(ref[0], fast[0]) and torch.equal(ref[1], fast[1])
+    sliced = RowScores(batch, 2, 7)[3:]
+    assert (sliced.start, sliced.stop) == (5, 7)
+    assert RowScores(batch, 2, 7)[9:].start == RowScores(batch, 2, 7)[9:].stop  # empty
+    sampled = SamplingParams(temperature=0.7, top_k=20, wedlm_pos_penalty_factor=0.1)  # sampled requests never use the batch softmax
+    ref = fill_scores(logits[2:7], sampled, range(5))
+    fast = fill_scores(logits[2:7], sampled, range(5), RowScores(batch, 2, 7))
+    assert torch.equal(ref[1], fast[1])
