@@ -25,3 +25,13 @@ def test_batch_scores_equal_per_window_reference():
     ref = fill_scores(logits[2:7], sampled, range(5))
     fast = fill_scores(logits[2:7], sampled, range(5), RowScores(batch, 2, 7))
     assert torch.equal(ref[1], fast[1])
+
+
+def test_in_place_entropy_equals_the_formula():
+    from wedlm.engine.sampling import entropy
+
+    g = torch.Generator().manual_seed(0)
+    for n in (1, 7, 128):
+        p = torch.softmax(6 * torch.randn(n, 4096, generator=g), -1)
+        p[:, 3] = 0  # a banned column: 0 * log(1e-30) = 0
+        assert torch.equal(entropy(p), -(p * p.clamp_min(1e-30).log()).sum(dim=-1))

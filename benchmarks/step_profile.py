@@ -1,0 +1,132 @@
+"""Where a decode step's time goes: cProfile of `Engine.step` on the shipped model (issue 11).
+
+Runs greedy decoding (`--decoding`, default wedlm) of `--batch` prompts for `--max-tokens`
+tokens on one thread, under cProfile, and prints the cumulative time per step of each
+part of the step (and, measured first without the profiler, the plain wall time of a
+step): scheduling, window plans, forward items, metadata (`prepare`), the
+model forward, the rest of `execute` (logits, argmax, split), decoder updates (entropy,
+fill), commit and detokenization. `--trees A,B` runs the same profile in subprocesses
+on other source trees (e.g. an exported older commit) and prints the tables side by side.
+
+    python benchmarks/step_profile.py --batch 1 --batch 8
+    python benchmarks/step_profile.py --trees /tmp/before,.,.+compiled --batch 1 --batch 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import pstats
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+# (label, function names whose cumulative time is summed; only functions under wedlm/)
+PARTS = [
+    ("step total", ("step",), "engine.py"),
+    ("schedule", ("schedule",), "scheduler.py"),
+    ("decoder plan", ("plan",), "decoders/"),
+    ("forward items", ("_forward_item",), "engine.py"),
+    ("metadata (prepare)", ("prepare",), "runner.py"),
+    ("execute (forward + logits)", ("execute",), "runner.py"),
+    ("  model body (hidden_states)", ("hidden_states",), "model/qwen.py"),
+    ("decoder update (entropy, fill)", ("update",), "decoders/"),
+    ("commit", ("commit_tokens",), "commit.py"),
+    ("deltas + detokenize", ("progress_delta", "final_delta"), "commit.py"),
+]
+
+
+def profile(model: str, batch: int, max_tokens: int, decoding: str, compiled: bool = False) -> dict:
+    import torch
+
+    from wedlm import LLM, SamplingParams
+
+    torch.set_num_threads(1)
+    extra = {"enforce_eager": False} if compiled else {}
+    llm = LLM(model, device="cpu", max_num_seqs=max(batch, 1), enable_prefix_caching=False, **extra)
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, decoding=decoding, ignore_eos=True)
+    prompts = [[(7 * i + 3 * j) % 200 + 10 for j in range(24)] for i in range(batch)]
+    llm.generate(prompts[:1], SamplingParams(temperature=0.0, max_tokens=8, decoding=decoding))  # warm-up
+    for p in prompts:  # once without the profiler: the honest wall time of a step
+        llm.add_request(p, params)
+    steps, start = 0, time.perf_counter()
+    while llm.has_unfinished():
+        llm.step()
+        steps += 1
+    wall = time.perf_counter() - start
+    for p in prompts:
+        llm.add_request(p, params)
+    prof = cProfile.Profile()
+    steps = 0
+    prof.enable()
+    while llm.has_unfinished():
+        llm.step()
+        steps += 1
+    prof.disable()
+    stats = pstats.Stats(prof).stats
+    out = {"steps": steps, "step wall, no profiler": 1e6 * wall / max(steps, 1)}
+    runner = llm.engine.runner
+    if getattr(runner, "compiled", None) is not None:
+        out["compile_s"] = runner.compiled.compile_s
+    for label, names, where in PARTS:
+        total = 0.0
+        for (path, _, name), (_, _, _, cumtime, callers) in stats.items():
+            path = path.replace(os.sep, "/")
+            if name in names and where in path and "/wedlm/" in path:
+                total += cumtime
+        out[label] = 1e6 * total / max(steps, 1)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=str(Path(__file__).resolve().parents[1] / "models" / "wedlm-tiny"))
+    ap.add_argument("--batch", type=int, action="append", default=None, help="batch sizes (repeatable)")
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--decoding", default="wedlm")
+    ap.add_argument("--trees", default=None, help="comma-separated source trees, profiled side by side; "
+                    "TREE+compiled runs that tree with enforce_eager=False (warm-up compiles)")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="runs per tree, alternating trees; the table keeps each cell's minimum (least load)")
+    ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--compiled", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    batches = args.batch or [1, 8]
+    if args.json:
+        print(json.dumps({b: profile(args.model, b, args.max_tokens, args.decoding, args.compiled)
+                          for b in batches}))
+        return 0
+    trees = args.trees.split(",") if args.trees else [str(Path(__file__).resolve().parents[1])]
+    runs: list[list[dict]] = [[] for _ in trees]
+    for _ in range(args.repeats):  # alternate the trees so load drifts hit them alike
+        for i, tree in enumerate(trees):
+            path, _, mode = tree.partition("+")  # "TREE+compiled": that tree with enforce_eager=False
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--json", "--model", args.model,
+                   "--max-tokens", str(args.max_tokens), "--decoding", args.decoding]
+            cmd += ["--compiled"] if mode == "compiled" else []
+            for b in batches:
+                cmd += ["--batch", str(b)]
+            env = dict(os.environ, PYTHONPATH=str(Path(path).resolve()), OMP_NUM_THREADS="1")
+            text = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+            runs[i].append(json.loads(text.strip().splitlines()[-1]))
+    results = [{b: {k: (max if k == "compile_s" else min)(r[b][k] for r in tree_runs) for k in tree_runs[0][b]}
+                for b in tree_runs[0]} for tree_runs in runs]
+    for b in batches:
+        b = str(b)
+        print(f"\nbatch {b}, decoding {args.decoding}, {args.max_tokens} tokens each; microseconds per step "
+              f"(cProfile cumulative, min of {args.repeats}; steps: {', '.join(str(r[b]['steps']) for r in results)})")
+        print("| part | " + " | ".join(trees) + " |")
+        print("|---|" + "---|" * len(trees))
+        for label in ["step wall, no profiler"] + [label for label, _, _ in PARTS]:
+            print(f"| {label} | " + " | ".join(f"{r[b][label]:.0f}" for r in results) + " |")
+        if any("compile_s" in r[b] for r in results):
+            print("| compile (s, largest of the runs) | "
+                  + " | ".join(f"{r[b]['compile_s']:.1f}" if "compile_s" in r[b] else "-" for r in results) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
