@@ -44,8 +44,12 @@ def test_tiny_run_writes_json_markdown_and_plot(tiny_wedlm, tmp_path):
     assert row["ratio_16_vs_1"] == row["ms"]["16"] / row["ms"]["1"]
     assert row["break_even"] == pytest.approx(break_even({int(k): v for k, v in row["ms"].items()}, 4))
     assert row["tokens_per_forward"] >= 1.0
+    over = row["engine_overhead"]
+    assert sorted(over) == ["ar", "wedlm"]
+    assert over["ar"]["steps"] == 7  # 8 tokens, one per forward; the prefill forward is left out
+    assert all(o["overhead"] > 0 and o["bare_ms"] > 0 for o in over.values())
     paths = write_slot_cost(result, tmp_path)
     assert json.loads(paths["json"].read_text())["rows"][0]["ms"] == row["ms"]
     text = paths["markdown"].read_text()
-    assert "| W=1 | W=2 | W=16 |" in text and "bench_slot_cost.png" in text
+    assert "| W=1 | W=2 | W=16 |" in text and "step/bare ar" in text and "bench_slot_cost.png" in text
     assert paths["plot"].stat().st_size > 0

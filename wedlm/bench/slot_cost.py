@@ -7,7 +7,9 @@ every slot) that feeds W slots on top of it, for W in 1, 2, 4, ..., 64. A one-sl
 forward is an AR step. From the curve, the break-even tokens/forward of `wedlm` at
 the engine's window W is t(W) / t(1): streaming decoding beats `ar` in wall clock when
 it commits more tokens per forward than that. The measured tokens/forward of greedy
-`wedlm` on the model (a few `counting` prompts) is printed next to it.
+`wedlm` on the model (a few `counting` prompts) is printed next to it, and the engine's
+overhead at batch 1: a greedy `ar` / `wedlm` step's wall time over the bare forward of
+the same inputs (`engine_overhead`).
 
 Why: whether parallel decoding pays on a machine is decided here, not by
 tokens/forward alone (issue 11). Timings are medians of `repeats` forwards after
@@ -134,14 +136,67 @@ def break_even(curve: dict[int, float], window: int) -> float:
     return curve[xs[-1]] / one
 
 
-def measured_tokens_per_forward(llm, prompts: int, max_tokens: int, window: int) -> float:
-    """Tokens/forward of greedy `wedlm` decoding on the first `counting` bench prompts (ratio of sums)."""
-    from wedlm import SamplingParams
+def counting_prompts(llm, n: int, max_tokens: int) -> list[list[int]]:
+    """Token ids of the first n `counting` bench prompts (chat template)."""
     from wedlm.bench.tasks import bench_task
     from wedlm.evaluate.runner import render_prompts
 
-    task = bench_task("counting", prompts, True, max_tokens)
-    ids = render_prompts(llm.tokenizer, task.items[:prompts], chat=True)
+    task = bench_task("counting", n, True, max_tokens)
+    return render_prompts(llm.tokenizer, task.items[:n], chat=True)
+
+
+def engine_overhead(llm, prompt: list[int], decoding: str, max_tokens: int) -> dict:
+    """Engine step time over the bare forward of the same inputs, batch 1 (issue 11's target <= 1.2).
+
+    Runs one greedy request step by step, recording each step's wall time and its
+    `ForwardItem`s; then replays every decode step's items through `runner.execute` on
+    metadata prepared beforehand (the model forward, logits and argmax only: no scheduler,
+    decoder, metadata or detokenizer). The prefill step is left out of both sums.
+
+    Returns:
+        {"step_ms", "bare_ms" (means per decode step), "overhead" (ratio of the sums), "steps"}.
+    """
+    from wedlm import SamplingParams
+
+    runner = llm.engine.runner
+    captured: list = []
+    real_run = runner.run
+
+    def run(items):
+        captured.append(items)
+        return real_run(items)
+
+    sync = torch.cuda.synchronize if runner.device.type == "cuda" else (lambda: None)
+    runner.run = run  # an instance attribute: the class's method is untouched
+    try:
+        llm.add_request(prompt, SamplingParams(temperature=0.0, max_tokens=max_tokens, decoding=decoding,
+                                               ignore_eos=True))
+        steps = []
+        while llm.has_unfinished():
+            t0 = time.perf_counter()
+            llm.step()
+            sync()
+            steps.append(time.perf_counter() - t0)
+    finally:
+        del runner.run
+    bare = []
+    for items in captured[1:]:
+        batch = runner.prepare(items)
+        sync()
+        t0 = time.perf_counter()
+        runner.execute(items, batch)
+        sync()
+        bare.append(time.perf_counter() - t0)
+    n = max(len(bare), 1)
+    return {"step_ms": 1000 * sum(steps[1:]) / n, "bare_ms": 1000 * sum(bare) / n,
+            "overhead": sum(steps[1:]) / sum(bare) if bare else None, "steps": len(bare)}
+
+
+def measured_tokens_per_forward(llm, prompts: int, max_tokens: int, window: int) -> float:
+    """Tokens/forward of greedy `wedlm` decoding on the first `counting` bench prompts (ratio of sums)."""
+    from wedlm import SamplingParams
+
+    ids = counting_prompts(llm, prompts, max_tokens)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, decoding="wedlm", window_size=window)
     outs = llm.generate(ids, params)
     tokens = sum(o["stats"]["decode_tokens"] for o in outs)
@@ -173,6 +228,11 @@ def run_slot_cost(cfg: SlotCostConfig) -> dict:
                                       engine.mask_token_id if engine.mask_token_id is not None else 0, bar)
                 if tpf is None and engine.mask_token_id is not None and cfg.tpf_prompts > 0:
                     tpf = measured_tokens_per_forward(llm, cfg.tpf_prompts, cfg.tpf_max_tokens, engine.window_size)
+                overhead = {}
+                if cfg.tpf_prompts > 0:
+                    prompt = counting_prompts(llm, 1, cfg.tpf_max_tokens)[0]
+                    decoders = ("ar", "wedlm") if engine.mask_token_id is not None else ("ar",)
+                    overhead = {d: engine_overhead(llm, prompt, d, cfg.tpf_max_tokens) for d in decoders}
                 compiled = engine.runner.compiled
                 rows.append({
                     "model": name, "params_m": sum(p.numel() for p in engine.model.parameters()) / 1e6,
@@ -180,6 +240,7 @@ def run_slot_cost(cfg: SlotCostConfig) -> dict:
                     "ms": {str(w): t for w, t in curve.items()},
                     "ratio_16_vs_1": curve[16] / curve[1] if 16 in curve and 1 in curve else None,
                     "break_even": break_even(curve, engine.window_size), "tokens_per_forward": tpf,
+                    "engine_overhead": overhead,
                     "compile_s": compiled.compile_s if compiled else 0.0,
                     "elapsed_s": time.perf_counter() - start})
                 llm.close()
@@ -200,19 +261,30 @@ def markdown(result: dict, img: str | None = "img/bench_slot_cost.png") -> str:
     lines = ["## Slot cost: one forward with W window slots over a cached prefix", "",
              f"Prefix {cfg['prefix']} cached tokens; median of {cfg['repeats']} forwards per point "
              f"(ms); {result['machine_line']}. Break-even = t(W)/t(1) at the engine's window W: "
-             "`wedlm` beats `ar` in wall clock when it commits more tokens per forward than that.", "",
+             "`wedlm` beats `ar` in wall clock when it commits more tokens per forward than that. "
+             "step/bare = engine step time over the bare forward (runner.execute on prepared metadata) "
+             "of the same inputs, batch 1, one greedy request (target <= 1.2).", "",
              "| model | params (M) | path | " + " | ".join(f"W={w}" for w in slots)
-             + " | 16 vs 1 | W | break-even tok/fwd | measured tok/fwd | compile (s) |",
-             "|---|---|---|" + "---|" * len(slots) + "---|---|---|---|---|"]
+             + " | 16 vs 1 | W | break-even tok/fwd | measured tok/fwd | step/bare ar | step/bare wedlm"
+             " | compile (s) |",
+             "|---|---|---|" + "---|" * len(slots) + "---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         ratio = "-" if r["ratio_16_vs_1"] is None else f"{r['ratio_16_vs_1']:.2f}x"
         tpf = "-" if r["tokens_per_forward"] is None else f"{r['tokens_per_forward']:.2f}"
         lines.append(f"| {r['model']} | {r['params_m']:.0f} | {r['mode']} | "
                      + " | ".join(f"{r['ms'][w]:.2f}" for w in slots)
-                     + f" | {ratio} | {r['window']} | {r['break_even']:.2f} | {tpf} | {r['compile_s']:.1f} |")
+                     + f" | {ratio} | {r['window']} | {r['break_even']:.2f} | {tpf} | {_overhead(r, 'ar')}"
+                     f" | {_overhead(r, 'wedlm')} | {r['compile_s']:.1f} |")
     if img:
         lines += ["", f"![slot cost]({img})"]
     return "\n".join(lines) + "\n"
+
+
+def _overhead(row: dict, decoding: str) -> str:
+    found = row.get("engine_overhead", {}).get(decoding)
+    if not found or found["overhead"] is None:
+        return "-"
+    return f"{found['overhead']:.2f}x ({found['step_ms']:.2f} ms)"
 
 
 def plot(result: dict, path: Path) -> None:
