@@ -103,10 +103,6 @@ def gen_counting(rng: random.Random) -> tuple[Example, str]:
     return _example("counting", prompt, _join(values), None, f"counting:{start}:{end}:{step}")
 
 
-def _fix_parity(start: int, end: int, odd: bool) -> tuple[int, int]:
-    return start + (start % 2 != odd), end - (end % 2 != odd)
-
-
 def gen_sequence(rng: random.Random) -> tuple[Example, str]:
     """Other low-entropy formats: alphabet ranges, multiplication tables, repeated words."""
     kind = rng.choice(["alphabet", "table", "repeat"])

@@ -113,6 +113,3 @@ class Packer:
         epoch = max(e for e, s in enumerate(self._epoch_starts) if s <= index)
         spans = self._plan(epoch)[index - self._epoch_starts[epoch]]
         return make_row(self.docs, spans, self.seq_len, self.pad_id)
-
-    def rows_per_epoch(self) -> int:
-        return len(self._plan(0))
