@@ -32,10 +32,10 @@ def score(ex: dict, text: str) -> bool:
 
 
 def chat_ids(tokenizer, prompts: list[str]) -> list[list[int]]:
-    """Token ids of each prompt as one user turn with the generation prompt."""
-    texts = [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
-                                           add_generation_prompt=True) for p in prompts]
-    return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    """Token ids of each prompt as one user turn with the generation prompt (the engine's encoding)."""
+    from wedlm.engine.chat import encode_chat
+
+    return [encode_chat(tokenizer, [{"role": "user", "content": p}]) for p in prompts]
 
 
 def run(llm, exs: list[dict], decoding: str, tau: float, lam: float) -> list[dict]:
