@@ -2,8 +2,9 @@
 
 Used by `recipes/tune_decoding.py` (validation split) and `recipes/eval_wedlm_tiny.py` (test
 split). Items come from `wedlm.data.curriculum.examples(task, n, split)`; splits are disjoint
-from training by construction. Scores: the whole answer exactly (count, listops; whitespace at
-the ends ignored), the final number (addsub). "stopped" is the share of answers that ended with
+from training by construction. Scores: the whole answer exactly (count; whitespace at the ends
+ignored), the same list (listops: `wedlm.evaluate.listops.same_list`, the rule of `wedlm eval` and
+`wedlm bench`), the final number (addsub). "stopped" is the share of answers that ended with
 an end token rather than at max_tokens.
 """
 
@@ -13,6 +14,7 @@ import re
 import time
 
 from wedlm.data import curriculum
+from wedlm.evaluate.listops import same_list
 
 MAX_TOKENS = {"count": 1024, "addsub": 32, "listops": 48}
 
@@ -28,6 +30,8 @@ def score(ex: dict, text: str) -> bool:
     if ex["task"] == "addsub":
         nums = re.findall(r"-?\d+", text)
         return bool(nums) and nums[-1] == ex["final"]
+    if ex["task"] == "listops":
+        return same_list(text, ex["answer"])
     return text == ex["answer"]
 
 

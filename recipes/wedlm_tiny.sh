@@ -8,6 +8,9 @@
 #   3. AR -> WeDLM conversion               (wedlm convert: adds the [MASK] token)
 #   4. WeDLM training: dual-stream masking + AR loss, 8 learnable <|im_end|> (configs/tiny_wedlm.yaml, 65 min)
 #   5. export config.json + model.safetensors + generation_config.json into models/wedlm-tiny
+#   6. only with CONTINUE=1: continued WeDLM training of the exported weights on records the
+#      earlier stages never read, task families balanced (configs/tiny_wedlm_cont.yaml, 92 min),
+#      exported over models/wedlm-tiny. The shipped v3 weights are stages 1-6 (model card: lineage).
 # Resumable: rerun the same command; finished stages are skipped (their final/ exists) and an
 # interrupted stage continues from its last checkpoint. The run owns both cores: start nothing
 # else meanwhile (tokens/s in runs/wedlm-tiny/*/log.jsonl shows when something does).
@@ -42,5 +45,9 @@ fi
 stage ar      $PY -m wedlm.cli.main train --config configs/tiny_ar.yaml
 [ -f "$RUN/ar-wedlm/config.json" ] || stage convert $PY -m wedlm.cli.main convert "$RUN/ar/final" "$RUN/ar-wedlm"
 stage wedlm   $PY -m wedlm.cli.main train --config configs/tiny_wedlm.yaml
-stage export  $PY -m wedlm.train.export "$RUN/wedlm/final" "$OUT"
+[ -f "$RUN/wedlm-cont/final/config.json" ] || stage export $PY -m wedlm.train.export "$RUN/wedlm/final" "$OUT"
+if [ "${CONTINUE:-0}" = 1 ]; then
+  stage wedlm-cont $PY -m wedlm.cli.main train --config configs/tiny_wedlm_cont.yaml
+  stage export-cont $PY -m wedlm.train.export "$RUN/wedlm-cont/final" "$OUT"
+fi
 echo "=== recipe done: $OUT"

@@ -9,7 +9,7 @@ import pytest
 from wedlm.cli.main import main
 from wedlm.data import curriculum
 from wedlm.evaluate.listops import (list_reference, listops_items, listops_table, listops_tasks, parse_list,
-                                    score_list_item, valid_random_insert, valid_random_remove,
+                                    same_list, score_list_answer, score_list_item, valid_random_insert, valid_random_remove,
                                     valid_random_replace, valid_shuffle)
 from wedlm.evaluate.tasks import chat_item
 
@@ -57,6 +57,20 @@ def test_score_list_item_dispatches_on_kind():
         list_reference("insert", original=["A"])
     with pytest.raises(ValueError, match="score kind must be one of"):
         list_reference("rotate", gold=["A"])
+
+
+def test_one_list_rule_for_answers_given_as_text():
+    # the bench's listops task and the recipes' curriculum suite score by this rule
+    from wedlm.bench.tasks import bench_task
+
+    assert same_list("Ann,Bo, Cy.\n", "Ann, Bo, Cy") and not same_list("Ann, Cy, Bo", "Ann, Bo, Cy")
+    assert not same_list("", "Ann") and not same_list("Ann, Bo", "Ann, Bo, Cy")
+    item = chat_item("l", "Repeat the list: Ann, Bo.", "Ann, Bo")
+    assert score_list_answer(item, "Ann, Bo").correct and score_list_answer(item, "Ann, Bo").predicted == '["Ann", "Bo"]'
+    assert score_list_answer(item, "").predicted is None
+    task = bench_task("listops", 3)
+    first = task.items[0]
+    assert task.score is score_list_answer and task.score(first, first.reference + ".").correct
 
 
 def test_listops_items_are_held_out_test_items_of_one_operation():

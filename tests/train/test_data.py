@@ -59,3 +59,26 @@ def test_precision_auto_follows_the_cpu():
     assert training_precision("no", cuda=True, flags=amx) == "no"
     with pytest.raises(ValueError, match="mixed_precision"):
         training_precision("fp16", cuda=False)
+
+
+def test_data_skip_reads_only_unseen_records(tmp_path, tok):
+    import json
+
+    from wedlm.train.data import load_documents, read_jsonl
+
+    rows = [{"messages": [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}],
+             "source": "even" if i % 2 == 0 else "odd"} for i in range(10)]
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" + ("\n" if i == 3 else "") for i, r in enumerate(rows)))
+    # blank lines are not records: skip 4 lands on record 4, limit 3 ends at record 6
+    got = read_jsonl(path, limit=3, skip=4)
+    assert [r["messages"][0]["content"] for r in got] == ["q4", "q5", "q6"]
+    assert read_jsonl(path, skip=10) == []
+    # a continued stage: skip, then cap one source; the first kept document is record 5 ("odd")
+    docs = load_documents(path, tok, "chat", limit=4, source_limits={"even": 1}, skip=4)
+    assert len(docs) == 3  # q4 (even), q5, q7 (odd); q6 is the second "even" and is dropped
+    expected = tok("a7", add_special_tokens=False)["input_ids"]
+    text_ids = docs[-1].ids
+    assert any(text_ids[i:i + len(expected)] == expected for i in range(len(text_ids)))
+    with pytest.raises(ValueError, match="data_skip"):
+        TrainConfig(stage="wedlm", data="x", tokenizer="t", out_dir="o", init="m", data_skip=-1)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import random
 
 from wedlm.data import curriculum
+from wedlm.evaluate.listops import score_list_answer
 from wedlm.evaluate.synthetic import score_final_number, score_listing
 from wedlm.evaluate.tasks import EvalItem, EvalTask, chat_item
 
@@ -101,7 +102,7 @@ def bench_task(name: str, n: int, quick: bool = False, max_tokens: int | None = 
         return EvalTask("arithmetic", curriculum_items("addsub", n), score_final_number, budget,
                         kind="reasoning")
     if name == "listops":
-        return EvalTask("listops", curriculum_items("listops", n), score_listing, budget, kind="list-operations")
+        return EvalTask("listops", curriculum_items("listops", n), score_list_answer, budget, kind="list-operations")
     if name == "code":
         return EvalTask("code", code_items(n), None, budget, kind="code")
     return EvalTask("text", text_items(n), None, budget, kind="open-ended")

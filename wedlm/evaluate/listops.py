@@ -104,6 +104,23 @@ def list_reference(kind: str, gold: list[str] | None = None, original: list[str]
     return {"kind": kind, "gold": gold, "original": original, "word": word}
 
 
+def same_list(text: str, answer: str) -> bool:
+    """True when `text` states the same list as `answer` (both read by `parse_list`).
+
+    The one rule by which every list-operation answer is scored: `wedlm eval`, `wedlm bench`
+    and the curriculum suite of the tiny model's recipes.
+    """
+    pred = parse_list(text)
+    return pred is not None and pred == parse_list(answer)
+
+
+def score_list_answer(item: EvalItem, text: str) -> Score:
+    """`same_list` of the generation and the item's reference answer text (a str)."""
+    pred = parse_list(text)
+    return Score(correct=same_list(text, item.reference),
+                 predicted=None if pred is None else json.dumps(pred))
+
+
 def score_list_item(item: EvalItem, text: str) -> Score:
     """Exact match (`kind` "exact") or validity (the random kinds) of the list in `text`."""
     ref = item.reference

@@ -34,6 +34,7 @@ class TrainConfig:
     model: dict[str, Any] = field(default_factory=dict)  # ModelConfig fields when init is None
     data_format: str = "auto"  # text | chat | auto
     data_limit: int | None = None  # read at most this many records
+    data_skip: int = 0  # pass over this many records first (a continued stage reads unseen ones)
     source_limits: dict[str, int] = field(default_factory=dict)  # max records per "source" field
     seq_len: int = 1024  # clean tokens per packed row (L)
     micro_batch: int = 4  # rows per process per micro-batch
@@ -71,6 +72,8 @@ class TrainConfig:
             raise ValueError(f"loss_mix must be 'sum' or 'mean', got {self.loss_mix!r}")
         if self.num_learnable_im_end < 0:
             raise ValueError(f"num_learnable_im_end must be >= 0, got {self.num_learnable_im_end}")
+        if self.data_skip < 0:
+            raise ValueError(f"data_skip must be >= 0, got {self.data_skip}")
         if self.attention not in ATTENTION:
             raise ValueError(f"attention must be one of {ATTENTION}, got {self.attention!r}")
         if self.init is None and not self.model:

@@ -30,8 +30,9 @@ from pathlib import Path
 from .packing import Document
 
 
-def read_jsonl(path: str | Path, limit: int | None = None) -> list[dict]:
-    """Parsed records of a JSONL file (blank lines skipped).
+def read_jsonl(path: str | Path, limit: int | None = None, skip: int = 0) -> list[dict]:
+    """Parsed records of a JSONL file (blank lines skipped): at most `limit` records after the
+    first `skip` (a continued stage reads records an earlier stage never saw).
 
     Raises:
         FileNotFoundError: no such file.
@@ -41,6 +42,9 @@ def read_jsonl(path: str | Path, limit: int | None = None) -> list[dict]:
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
+                continue
+            if skip > 0:
+                skip -= 1
                 continue
             try:
                 records.append(json.loads(line))
@@ -107,17 +111,18 @@ def cap_sources(records: list[dict], source_limits: dict[str, int] | None) -> li
 
 
 def load_documents(path: str | Path, tokenizer, fmt: str = "auto", limit: int | None = None,
-                   source_limits: dict[str, int] | None = None, learnable_ends: int = 0) -> list[Document]:
+                   source_limits: dict[str, int] | None = None, learnable_ends: int = 0,
+                   skip: int = 0) -> list[Document]:
     """Documents of a JSONL file; `fmt` is "text", "chat" or "auto" (from the first record).
 
-    `limit` caps the records read; `source_limits` then caps records per `"source"` field
+    `skip` records are passed over first, then `limit` caps the records read; `source_limits` then caps records per `"source"` field
     (a curriculum knob: e.g. fewer code records in SFT); `learnable_ends` extra scored
     `<|im_end|>` tokens end each chat record (see `chat_document`).
 
     Raises:
         ValueError: an unknown format or a record lacking its field.
     """
-    records = cap_sources(read_jsonl(path, limit), source_limits)
+    records = cap_sources(read_jsonl(path, limit, skip), source_limits)
     if not records:
         raise ValueError(f"{path}: no records")
     if fmt == "auto":

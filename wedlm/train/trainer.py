@@ -156,7 +156,7 @@ def load_docs(cfg: TrainConfig, tokenizer, is_main: bool, accelerator):
     cache = cfg.run_dir / "docs.pt"
     if is_main and not cache.is_file():
         docs = load_documents(cfg.data, tokenizer, cfg.data_format, cfg.data_limit, cfg.source_limits,
-                               cfg.num_learnable_im_end)
+                               cfg.num_learnable_im_end, cfg.data_skip)
         cfg.run_dir.mkdir(parents=True, exist_ok=True)
         torch.save([(d.ids, d.maskable) for d in docs], cache)
     accelerator.wait_for_everyone()
