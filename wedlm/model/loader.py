@@ -112,26 +112,44 @@ def load_model(path: str | Path, dtype: str | torch.dtype | None = "float32",
         ConfigError: unsupported model_type / rope_scaling / sizes.
         CheckpointError: a missing or truncated file, a missing tensor, a wrong shape.
     """
+    torch_dtype = resolve_dtype(dtype)
+    model, files = meta_model(path)
+    expected = {n: p.shape for n, p in model.named_parameters()}  # tied lm_head is listed once
+    tensors = _read_tensors(files, expected)
+    return finish_model(model, {n: t.to(device=device, dtype=torch_dtype) for n, t in tensors.items()}, device)
+
+
+def meta_model(path: str | Path) -> tuple[QwenForCausalLM, dict[str, Path]]:
+    """The model of a checkpoint folder on the meta device (no memory), and the file of each tensor.
+
+    Raises:
+        FileNotFoundError: the folder or config.json does not exist.
+        ConfigError: an unsupported config.
+        CheckpointError: a parameter with no tensor in the weight files (names the files).
+    """
     path = Path(path)
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: checkpoint folder does not exist")
     config = ModelConfig.from_file(path)
-    torch_dtype = resolve_dtype(dtype)
     files = weight_files(path)
     with torch.device("meta"):
         model = QwenForCausalLM(config)
-    expected = {n: p.shape for n, p in model.named_parameters()}  # tied lm_head is listed once
-    missing = [n for n in expected if n not in files]
+    missing = [n for n, _ in model.named_parameters() if n not in files]
     if missing:
         where = sorted({str(f) for f in files.values()})
         raise CheckpointError(f"{', '.join(where)}: missing tensor(s) {missing[:5]}"
                               + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))
-    tensors = _read_tensors(files, expected)
-    state = {n: t.to(device=device, dtype=torch_dtype) for n, t in tensors.items()}
+    return model, files
+
+
+def finish_model(model: QwenForCausalLM, state: dict[str, torch.Tensor],
+                 device: str | torch.device) -> QwenForCausalLM:
+    """Assign `state` (already on `device`, in its dtype) to a `meta_model`, tie the output
+    layer to the embeddings where the config says so, build the rotary tables; eval mode."""
     model.load_state_dict(state, strict=False, assign=True)
-    if config.tie_word_embeddings:
+    if model.config.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
-    model.model.rotary = RotaryEmbedding(config).to(device)
+    model.model.rotary = RotaryEmbedding(model.config).to(device)
     model.eval()
     return model
 

@@ -14,9 +14,8 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from ...model import CheckpointError, ModelConfig, QwenForCausalLM, resolve_dtype
-from ...model.layers import RotaryEmbedding
-from ...model.loader import weight_files
+from ...model import CheckpointError, QwenForCausalLM, resolve_dtype
+from ...model.loader import finish_model, meta_model
 from .sharding import ShardSlice, shard_model, shard_slice
 
 
@@ -37,29 +36,14 @@ def load_model_shard(path: str | Path, dtype: str | torch.dtype | None, device: 
         CheckpointError: a missing file or tensor, or a tensor whose full shape is
             not the config's (names the file and tensor).
     """
-    path = Path(path)
-    if not path.is_dir():
-        raise FileNotFoundError(f"{path}: checkpoint folder does not exist")
-    config = ModelConfig.from_file(path)
     torch_dtype = resolve_dtype(dtype)
-    files = weight_files(path)
-    with torch.device("meta"):
-        model = QwenForCausalLM(config)
+    model, files = meta_model(path)
+    config = model.config
     full_shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}  # a tied lm_head is listed once
-    missing = [n for n in full_shapes if n not in files]
-    if missing:
-        where = sorted({str(f) for f in files.values()})
-        raise CheckpointError(f"{', '.join(where)}: missing tensor(s) {missing[:5]}"
-                              + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))
     shard_model(model, rank, world_size)
     slices = {n: shard_slice(n, config, rank, world_size) for n in full_shapes}
     state = {n: t.to(device=device, dtype=torch_dtype) for n, t in _read_slices(files, full_shapes, slices).items()}
-    model.load_state_dict(state, strict=False, assign=True)
-    if config.tie_word_embeddings:
-        model.lm_head.weight = model.model.embed_tokens.weight
-    model.model.rotary = RotaryEmbedding(config).to(device)
-    model.eval()
-    return model
+    return finish_model(model, state, device)
 
 
 def _read_slices(files: dict[str, Path], full_shapes: dict[str, tuple[int, ...]],
