@@ -129,6 +129,7 @@ class WeDLMLM(TemplateLM):
         self.gen_stats: list[dict] = []
         self.gen_wall_s = 0.0
         self.score_counts = {"requests": 0, "tokens": 0, "wall_s": 0.0}
+        self._chat_ids: dict[str, tuple[int, ...]] = {}  # rendered chat text -> encode_chat ids
 
     # ---- tokenisation (TemplateLM contract) ---------------------------------------
 
@@ -147,14 +148,30 @@ class WeDLMLM(TemplateLM):
         return self.pretrained.replace("/", "__")
 
     def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs) -> list[int]:
-        """Token ids of `string` (no special tokens unless asked)."""
+        """Token ids of `string` (no special tokens unless asked).
+
+        A string this object rendered in `apply_chat_template` gets the ids of
+        `wedlm.engine.chat.encode_chat` instead: the template's own control tokens are
+        special ids, and special-token text inside a message stays plain text (the harness
+        hands prompts over as text, so encoding the text again would let a message forge
+        turns). For ordinary messages the two encodings are the same ids.
+        """
+        chat = self._chat_ids.get(string)
+        if chat is not None and not add_special_tokens:
+            return list(chat)
         return list(self.tokenizer(string, add_special_tokens=bool(add_special_tokens))["input_ids"])
 
     def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        """The tokenizer's chat template as text (`--apply_chat_template`)."""
-        return self.tokenizer.apply_chat_template(chat_history, tokenize=False,
+        """The tokenizer's chat template as text (`--apply_chat_template`); remembers the
+        safe token ids of that text for `tok_encode` (with a generation prompt)."""
+        text = self.tokenizer.apply_chat_template(chat_history, tokenize=False,
                                                   add_generation_prompt=add_generation_prompt,
                                                   continue_final_message=not add_generation_prompt)
+        if add_generation_prompt:
+            from wedlm.engine.chat import encode_chat
+
+            self._chat_ids[text] = tuple(encode_chat(self.tokenizer, chat_history, add_generation_prompt=True))
+        return text
 
     # ---- scoring ------------------------------------------------------------------
 
