@@ -9,6 +9,8 @@
 #   OUT/step_profile.txt                                 where a step's time goes: BEFORE (an older
 #        commit, exported with git archive), this tree, this tree compiled; batch 1 and 8
 #   OUT/times.txt                                        wall clock of each part
+#   OUT/speed_tables.md                                  engine vs transformers per task and
+#        batch, eager and compiled (benchmarks/speed_tables.py)
 # Usage: bash scripts/speed_session.sh OUT [BEFORE_COMMIT] [REPEATS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,4 +41,5 @@ git archive "$BEFORE" wedlm | tar -x -C "$before"
 part step-profile sh -c "$PY benchmarks/step_profile.py --trees $before,.,.+compiled --batch 1 --batch 8 \
   > '$OUT/step_profile.txt'"
 rm -rf "$before"
+$PY benchmarks/speed_tables.py "$OUT" > "$OUT/speed_tables.md"
 echo "=== [$(date +%T)] done: $OUT"
