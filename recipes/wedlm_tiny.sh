@@ -9,7 +9,7 @@
 #   4. WeDLM training: dual-stream masking + AR loss, 8 learnable <|im_end|> (configs/tiny_wedlm.yaml, 65 min)
 #   5. export config.json + model.safetensors + generation_config.json into models/wedlm-tiny
 #   6. only with CONTINUE=1: continued WeDLM training of the exported weights on records the
-#      earlier stages never read, task families balanced (configs/tiny_wedlm_cont.yaml, 92 min),
+#      earlier stages never read, less counting (configs/tiny_wedlm_cont.yaml, 92 min),
 #      exported over models/wedlm-tiny. The shipped v3 weights are stages 1-6 (model card: lineage).
 # Resumable: rerun the same command; finished stages are skipped (their final/ exists) and an
 # interrupted stage continues from its last checkpoint. The run owns both cores: start nothing
