@@ -52,4 +52,5 @@ def test_tiny_run_writes_json_markdown_and_plot(tiny_wedlm, tmp_path):
     assert json.loads(paths["json"].read_text())["rows"][0]["ms"] == row["ms"]
     text = paths["markdown"].read_text()
     assert "| W=1 | W=2 | W=16 |" in text and "step/bare ar" in text and "bench_slot_cost.png" in text
+    assert f"\n| {tiny_wedlm.name} | " in text and str(tiny_wedlm) not in text  # folders by their last part
     assert paths["plot"].stat().st_size > 0

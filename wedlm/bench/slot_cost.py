@@ -271,13 +271,18 @@ def markdown(result: dict, img: str | None = "img/bench_slot_cost.png") -> str:
     for r in result["rows"]:
         ratio = "-" if r["ratio_16_vs_1"] is None else f"{r['ratio_16_vs_1']:.2f}x"
         tpf = "-" if r["tokens_per_forward"] is None else f"{r['tokens_per_forward']:.2f}"
-        lines.append(f"| {r['model']} | {r['params_m']:.0f} | {r['mode']} | "
+        lines.append(f"| {model_label(r['model'])} | {r['params_m']:.0f} | {r['mode']} | "
                      + " | ".join(f"{r['ms'][w]:.2f}" for w in slots)
                      + f" | {ratio} | {r['window']} | {r['break_even']:.2f} | {tpf} | {_overhead(r, 'ar')}"
                      f" | {_overhead(r, 'wedlm')} | {r['compile_s']:.1f} |")
     if img:
         lines += ["", f"![slot cost]({img})"]
     return "\n".join(lines) + "\n"
+
+
+def model_label(model: str) -> str:
+    """How a model is named in the table and plot: a folder by its last part, presets as given."""
+    return Path(model).name if ("/" in model or "\\" in model) else model
 
 
 def _overhead(row: dict, decoding: str) -> str:
@@ -296,7 +301,7 @@ def plot(result: dict, path: Path) -> None:
     for i, r in enumerate(result["rows"]):
         xs = sorted(int(w) for w in r["ms"])
         ax.plot(xs, [r["ms"][str(w)] for w in xs], marker="o", color=f"C{i // 2 % 10}",
-                linestyle="-" if r["mode"] == "eager" else "--", label=f"{r['model']} ({r['mode']})")
+                linestyle="-" if r["mode"] == "eager" else "--", label=f"{model_label(r['model'])} ({r['mode']})")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("window slots W per forward")
     ax.set_ylabel("ms per forward")
