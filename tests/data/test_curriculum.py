@@ -1,5 +1,6 @@
 """The tiny model's curriculum: answers recomputed from the prompt, disjoint splits, the count spec."""
 
+import json
 import re
 
 import pytest
@@ -89,3 +90,22 @@ def test_build_writes_all_files(tmp_path):
     counts = cur.build(tmp_path, scale=0.001)
     assert counts == {"train.jsonl": 500, "val.jsonl": 3, "test.jsonl": 3}
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_short_counts_and_the_stop_file(tmp_path):
+    short = cur.short_count_examples(300, max_terms=10)
+    assert all(ex["task"] == "count" for ex in short)
+    lengths = [len(ex["answer"].split(", ")) for ex in short]
+    assert all([int(v) for v in ex["answer"].split(", ")] == _count_values(ex["prompt"]) for ex in short)
+    demo = [ex for ex in short if ex["prompt"] == "Count from 1 to 200."]
+    assert 0 < len(demo) < 30  # the demo range stays in at about 4%
+    assert all(3 <= n <= 10 for ex, n in zip(short, lengths) if ex["prompt"] != "Count from 1 to 200.")
+    held_out = {ex["prompt"] for split in ("val", "test") for ex in cur.examples("count", 200, split)}
+    assert not held_out & {ex["prompt"] for ex in short}
+    assert cur.short_count_examples(300, max_terms=10) == short  # deterministic
+    with pytest.raises(ValueError, match="max_terms"):
+        cur.short_count_examples(1, max_terms=2)
+    n = cur.build_stop(tmp_path, 40, 100)
+    rows = [json.loads(x) for x in (tmp_path / "stop.jsonl").read_text().splitlines()]
+    assert n == len(rows) == 40 + 100  # 12 + 44 + 44 of the usual 60k:220k:220k mix
+    assert sum(r["source"] == "count" for r in rows) == 40 + 12

@@ -23,7 +23,8 @@ train (it is the demo prompt).
 
 ``python -m wedlm.data.curriculum --out data/curriculum`` writes ``train.jsonl``
 (chat records ``{"messages", "source"}``), ``val.jsonl`` and ``test.jsonl``
-(example dicts) atomically.
+(example dicts) atomically; ``--stop N`` writes only ``stop.jsonl``: N short counting
+records (3-10 terms, many stop decisions per token) and N records of the usual mix.
 """
 
 from __future__ import annotations
@@ -68,12 +69,13 @@ def _join(values) -> str:
 
 # ------------------------------------------------------------------- count ---
 
-def count_range(rng: random.Random) -> tuple[int, int, int]:
-    """(low, high, step): values low, low+step, ..., high with 3..150 terms, 0 <= low, high <= 1100."""
+def count_range(rng: random.Random, max_terms: int = 150) -> tuple[int, int, int]:
+    """(low, high, step): values low, low+step, ..., high with 3..max_terms terms (half of the
+    ranges at most 30), 0 <= low, high <= 1100; 4% are the demo range 1..200."""
     if rng.random() < 0.04:
         return 1, 200, 1
     step = rng.choice(STEPS)
-    terms = rng.randint(3, 30) if rng.random() < 0.5 else rng.randint(3, 150)
+    terms = rng.randint(3, min(30, max_terms)) if rng.random() < 0.5 else rng.randint(3, max_terms)
     terms = min(terms, 1100 // step + 1)
     if rng.random() < 0.35:  # cross a digit-length change inside the range
         low = max(0, rng.choice(CROSSINGS) - rng.randint(1, terms - 1) * step)
@@ -87,9 +89,9 @@ def count_range(rng: random.Random) -> tuple[int, int, int]:
     return low, high, step
 
 
-def gen_count(rng: random.Random) -> tuple[Example, str]:
+def gen_count(rng: random.Random, max_terms: int = 150) -> tuple[Example, str]:
     """Counting up or down from a random range; the answer is the full listing."""
-    low, high, step = count_range(rng)
+    low, high, step = count_range(rng, max_terms)
     values = list(range(low, high + 1, step))
     if (low, high, step) == (1, 200, 1):
         return {"task": "count", "op": "up", "prompt": "Count from 1 to 200.", "answer": _join(values),
@@ -239,15 +241,53 @@ def build(out: Path, scale: float = 1.0, seed: int = SEEDS["train"]) -> dict:
     return counts
 
 
+def short_count_examples(n: int, seed: int = SEEDS["train"], max_terms: int = 10) -> list[Example]:
+    """`n` TRAIN-split counting examples of 3..`max_terms` terms (plus the demo range at 4%).
+
+    Each counting record holds exactly one decision to stop at the end value read from the
+    prompt; short ranges put many of those decisions in few tokens (the shipped model counts
+    right but stops late). Keys follow the split rule, so no test or validation range appears.
+
+    Raises:
+        ValueError: `max_terms` < 3.
+    """
+    if max_terms < 3:
+        raise ValueError(f"max_terms must be >= 3, got {max_terms}")
+    rng = random.Random(f"count-short:{seed}:{max_terms}")
+    out: list[Example] = []
+    while len(out) < n:
+        ex, key = gen_count(rng, max_terms)
+        if split_of(key) == "train":
+            out.append(ex)
+    return out
+
+
+def build_stop(out: Path, n_short: int, n_replay: int, seed: int = SEEDS["train"] + 1) -> int:
+    """Write stop.jsonl: `n_short` short counting records and `n_replay` records of the usual
+    mix (TRAIN_RECORDS proportions, seed `seed`, so mostly unseen), shuffled; returns records."""
+    rng = random.Random(f"stop:{seed}")
+    total = sum(TRAIN_RECORDS.values())
+    records = [to_chat(ex) for ex in short_count_examples(n_short, seed)]
+    records += [to_chat(ex) for task, k in TRAIN_RECORDS.items()
+                for ex in examples(task, round(n_replay * k / total), "train", seed)]
+    rng.shuffle(records)
+    return write_jsonl(out / "stop.jsonl", records)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of ``python -m wedlm.data.curriculum``."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("data/curriculum"))
     p.add_argument("--scale", type=float, default=1.0, help="multiply every record count")
     p.add_argument("--seed", type=int, default=SEEDS["train"])
+    p.add_argument("--stop", type=int, default=0, metavar="N",
+                   help="write only stop.jsonl: N short counting records (3-10 terms) + N of the usual mix")
     a = p.parse_args(argv)
     if a.seed == SEEDS["test"]:
         raise SystemExit("--seed 999999 is the test split's seed; pick another")
+    if a.stop:
+        print(f"{a.out / 'stop.jsonl'}: {build_stop(a.out, a.stop, a.stop)} records")
+        return
     for name, n in build(a.out, a.scale, a.seed).items():
         print(f"{a.out / name}: {n} records")
 
