@@ -97,11 +97,11 @@ def data_rows(cfg_path: Path) -> list[str]:
     import yaml
 
     from wedlm.tokenizer import load_tokenizer
-    from wedlm.train.data import cap_sources, read_jsonl
+    from wedlm.train.data import select_records
 
     cfg = yaml.safe_load(cfg_path.read_text())
-    recs = cap_sources(read_jsonl(REPO / cfg["data"], cfg.get("data_limit"), cfg.get("data_skip", 0)),
-                       cfg.get("source_limits"))
+    recs = select_records(REPO / cfg["data"], cfg.get("data_limit"), cfg.get("data_skip", 0),
+                          cfg.get("source_limits"))
     tok = load_tokenizer(REPO / cfg["tokenizer"])
     per: dict[str, list] = {}
     for r in recs:

@@ -110,19 +110,30 @@ def cap_sources(records: list[dict], source_limits: dict[str, int] | None) -> li
     return out
 
 
+def select_records(path: str | Path, limit: int | None = None, skip: int = 0,
+                   source_limits: dict[str, int] | None = None) -> list[dict]:
+    """The records a training stage reads: `skip` records passed over, at most `limit` after
+    them (`read_jsonl`), then at most `source_limits[src]` per `"source"` (`cap_sources`).
+
+    Raises:
+        FileNotFoundError / ValueError: as `read_jsonl`.
+    """
+    return cap_sources(read_jsonl(path, limit, skip), source_limits)
+
+
 def load_documents(path: str | Path, tokenizer, fmt: str = "auto", limit: int | None = None,
                    source_limits: dict[str, int] | None = None, learnable_ends: int = 0,
                    skip: int = 0) -> list[Document]:
     """Documents of a JSONL file; `fmt` is "text", "chat" or "auto" (from the first record).
 
-    `skip` records are passed over first, then `limit` caps the records read; `source_limits` then caps records per `"source"` field
-    (a curriculum knob: e.g. fewer code records in SFT); `learnable_ends` extra scored
+    The records are `select_records(path, limit, skip, source_limits)` (`source_limits` is a
+    curriculum knob: e.g. fewer code records in SFT); `learnable_ends` extra scored
     `<|im_end|>` tokens end each chat record (see `chat_document`).
 
     Raises:
         ValueError: an unknown format or a record lacking its field.
     """
-    records = cap_sources(read_jsonl(path, limit, skip), source_limits)
+    records = select_records(path, limit, skip, source_limits)
     if not records:
         raise ValueError(f"{path}: no records")
     if fmt == "auto":
