@@ -46,13 +46,15 @@ class FakeLLM:
     """`wedlm.LLM`'s serving contract over a reversing 'model'."""
 
     def __init__(self, tokenizer, max_model_len: int = 256, per_step: int = 3, step_sleep: float = 0.0,
-                 block_size: int = 16, blocks: int = 64, fail_on_step: int | None = None):
+                 block_size: int = 16, blocks: int = 64, fail_on_step: int | None = None,
+                 fail_on_done: int | None = None):
         self.tokenizer = tokenizer
         self.max_model_len = max_model_len
         self.model_path = "fake-model"
         self.per_step, self.step_sleep, self.block_size = per_step, step_sleep, block_size
         self.blocks_total = blocks
         self.fail_on_step = fail_on_step
+        self.fail_on_done = fail_on_done  # raise once a running request has this many tokens
         self.steps = 0
         self.running: dict[str, _Req] = {}
         self.threads: set[int] = set()
@@ -78,6 +80,8 @@ class FakeLLM:
         self._touch()
         self.steps += 1
         if self.fail_on_step is not None and self.steps == self.fail_on_step:
+            raise RuntimeError("boom")
+        if self.fail_on_done is not None and any(r.done >= self.fail_on_done for r in self.running.values()):
             raise RuntimeError("boom")
         if self.step_sleep:
             time.sleep(self.step_sleep)

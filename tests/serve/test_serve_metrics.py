@@ -92,7 +92,7 @@ def test_fake_engine_counters_equal_the_reported_stats():
                          b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
             assert wait_until(lambda: any(r.done >= 3 for r in spy._llm.running.values()))
         assert wait_until(lambda: not spy._llm.running and app.state.server.engine.num_active() == 0)
-        spy._llm.fail_on_step = spy._llm.steps + 3  # the engine raises mid-request
+        spy._llm.fail_on_done = 3  # the engine raises mid-request, after its third token
         r = httpx.post(f"{url}/v1/completions", json={"prompt": "z" * 30, "max_tokens": 30})
         assert r.status_code == 500
         text = httpx.get(f"{url}/metrics").text
@@ -102,7 +102,8 @@ def test_fake_engine_counters_equal_the_reported_stats():
     assert spy.totals()["prompt_tokens"] == 6 + 100 + 60 + 30
     assert finished_count(text, "abort") == 2 and finished_count(text, "error") == 1
     aborted = [d for d in spy.finals if d.finish_reason == "abort"]
-    assert all(d.stats["decode_tokens"] >= 1 for d in aborted)  # work done before the end is counted
+    assert all(d.stats["decode_tokens"] >= 3 for d in aborted)  # work done before the end is counted
+    assert 3 in [d.stats["decode_tokens"] for d in aborted]  # the request the engine failed on
 
 
 def test_loop_abort_delivers_the_engine_report_with_its_stats():
