@@ -17,10 +17,10 @@ exported to these shapes is scored the same way.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
+from ..jsonl import read_jsonl
 from .extract import (extract_boxed, extract_final_number, extract_gsm8k_reference,
                       math_answers_equal, numbers_equal)
 from .tasks import EvalItem, EvalTask, Score
@@ -28,26 +28,6 @@ from .tasks import EvalItem, EvalTask, Score
 _CALCULATOR = re.compile(r"<<[^>]*>>")  # GSM8K's "<<48/2=24>>" calculator annotations
 QUESTION_STOPS = ["\nQuestion:", "\n\nQuestion", "Question:"]
 MATH_INSTRUCTION = "Put the final answer in \\boxed{}."
-
-
-def read_jsonl(path: str | Path) -> list[dict]:
-    """Records of a JSONL file (blank lines skipped).
-
-    Raises:
-        ValueError: a line that is not a JSON object (message names file and line).
-    """
-    out = []
-    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}:{n}: invalid JSON ({err})") from None
-        if not isinstance(record, dict):
-            raise ValueError(f"{path}:{n}: expected a JSON object")
-        out.append(record)
-    return out
 
 
 def clean_gsm8k_answer(answer: str) -> str:

@@ -24,35 +24,10 @@ and inference see the same token boundaries.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from ..jsonl import read_jsonl
 from .packing import Document
-
-
-def read_jsonl(path: str | Path, limit: int | None = None, skip: int = 0) -> list[dict]:
-    """Parsed records of a JSONL file (blank lines skipped): at most `limit` records after the
-    first `skip` (a continued stage reads records an earlier stage never saw).
-
-    Raises:
-        FileNotFoundError: no such file.
-        ValueError: a line that is not JSON (the message names file and line).
-    """
-    records = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            if skip > 0:
-                skip -= 1
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{n}: invalid JSON ({err})") from None
-            if limit is not None and len(records) >= limit:
-                break
-    return records
 
 
 def text_documents(texts: list[str], tokenizer, eos_id: int) -> list[Document]:
