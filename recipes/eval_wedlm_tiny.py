@@ -9,7 +9,10 @@ greedily with the model's own generation_config.json defaults:
    the number of items where its text differs is reported);
 2. "Count from 1 to 200." exact under `wedlm` and `verified` at the default window and at W=32;
 3. the mask probe (wedlm/evaluate/mask_probe.py): teacher-forced accuracy by slot distance and
-   the calibration of accepted fills, per task, with two plots written next to summary.json.
+   the calibration of accepted fills, per task, with two plots written next to summary.json;
+4. the end probe (`end_probe`): teacher-forced probability of `<|im_end|>` where each answer
+   ends against its largest value earlier in the answer (does the model stop where the prompt
+   says, or by length?), per task over the same items as 1.
 Writes summary.json (everything) and prints the markdown tables the model card embeds.
 """
 
@@ -63,6 +66,17 @@ def mask_probe(model: str, n: dict, d: dict) -> dict:
         exs = suite.items("test", {task: k})
         out[task] = probe(m, tok, [(e["prompt"], e["answer"]) for e in exs], d["window"], d["tau"], d["lam"])
     return out
+
+
+def stop_probe(model: str, n: dict) -> dict:
+    """Per task: `end_probe` over `n[task]` test items (is the end token put where the answer ends?)."""
+    from wedlm.evaluate.mask_probe import end_probe
+    from wedlm.model import load_model
+    from wedlm.tokenizer import load_tokenizer
+
+    m, tok = load_model(model, dtype="float32").eval(), load_tokenizer(model)
+    return {task: end_probe(m, tok, [(e["prompt"], e["answer"]) for e in suite.items("test", {task: k})])
+            for task, k in n.items()}
 
 
 def plots(summary: dict, out: Path) -> list[str]:
@@ -140,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n-addsub", type=int, default=200)
     p.add_argument("--n-listops", type=int, default=300)
     p.add_argument("--probe-items", type=int, default=40, help="test items per task for the mask probe")
-    p.add_argument("--skip", default="", help="comma list of parts to skip: tasks,count200,probe")
+    p.add_argument("--skip", default="", help="comma list of parts to skip: tasks,count200,probe,end")
+    p.add_argument("--update", action="store_true",
+                   help="start from the existing summary.json and replace only the parts that run")
     args = p.parse_args(argv)
     from wedlm import LLM
 
@@ -149,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     d = defaults(args.model)
     skip = set(args.skip.split(","))
     summary = {"model": args.model, "tau": d["tau"], "lambda": d["lam"], "window": d["window"]}
+    if args.update and (out / "summary.json").is_file():
+        summary = {**json.loads((out / "summary.json").read_text()), **summary}
     if "tasks" not in skip:
         exs = suite.items("test", {"count": args.n_count, "addsub": args.n_addsub, "listops": args.n_listops})
         llm = LLM(model=args.model)
@@ -168,6 +186,10 @@ def main(argv: list[str] | None = None) -> int:
         n = {t: args.probe_items for t in ("count", "addsub", "listops")}
         summary["mask_probe"] = mask_probe(args.model, n, d)
         summary["plots"] = plots(summary, out)
+    if "end" not in skip:
+        summary["end_probe"] = stop_probe(args.model, {"count": args.n_count, "addsub": args.n_addsub,
+                                                       "listops": args.n_listops})
+        print(json.dumps(summary["end_probe"], indent=1), flush=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     if "tasks" in summary and "count200" in summary:
         print(markdown(summary))

@@ -164,6 +164,14 @@ def main(argv: list[str] | None = None) -> int:
         right = r["accepted_right"]
         probe_rows.append(f"| {task} | {r['ar_accuracy']:.4f} | " + " | ".join(f"{a:.3f}" for a in pick)
                           + f" | {r['accepted']:,} | {'-' if right is None else f'{100 * right:.2f}%'} |")
+    end_rows = ""
+    if summary.get("end_probe"):
+        rows = ["| task | items | p(end) where the answer ends (median) | largest p(end) earlier (median) | "
+                "ends exactly there |", "|---|---|---|---|---|"]
+        for task, r in summary["end_probe"].items():
+            rows.append(f"| {task} | {r['n']} | {r['p_end_at_end_median']:.3f} | {r['p_end_early_max_median']:.3f} | "
+                        f"{100 * r['decided_right']:.0f}% |")
+        end_rows = END_PROBE.format(rows="\n".join(rows))
     card = TEMPLATE.format(
         params=f"{n_params / 1e6:.2f}M", size=f"{size_mb:.1f}", **{k: cfg[k] for k in (
             "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
@@ -176,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         recipe_minutes="" if not continued else " (the 118-minute recipe plus a continued stage)",
         minutes=f"{totals['minutes']:.0f}", tokens=f"{totals['tokens'] / 1e6:.1f}M",
         cpu=train_cfg.get("cpu") or "CUDA", tune=tune_line, eval_table=markdown(summary),
-        probe="\n".join(probe_rows), verified_diff=summary.get("verified_differs_from_ar", "n/a"),
+        probe="\n".join(probe_rows), end_probe=end_rows, verified_diff=summary.get("verified_differs_from_ar", "n/a"),
         notes=Path(args.notes).read_text() if args.notes else "")
     (model / "README.md").write_text(card)
     print(f"wrote {model / 'README.md'}")
@@ -206,6 +214,17 @@ reproduces version 3 from an empty `runs/` folder (stages 1-3, export, then stag
 DATA_CONT = """
 The continued stage reads records 150,000..349,999 (never read before) with at most 16,000
 counting records:
+
+{rows}
+"""
+
+END_PROBE = """
+### Where the AR head puts the end (teacher-forced, `end_probe` in wedlm/evaluate/mask_probe.py)
+
+p(end) = the AR head's probability of `<|im_end|>` as the next token, on the reference answer.
+"Ends exactly there": above 0.5 where the answer ends and below 0.5 at every earlier answer
+position. A model that does not read the end value from the prompt gives the end no more
+probability than any other place a number ends.
 
 {rows}
 """
@@ -287,7 +306,7 @@ token d places ahead. Accepted fills are those whose entropy + lambda * d is bel
 
 ![slot accuracy](plots/slot_accuracy.png)
 ![calibration](plots/calibration.png)
-
+{end_probe}
 {notes}
 """
 

@@ -4,7 +4,7 @@ and the counts (slot accuracy, accepted fills) follow from those logits."""
 import pytest
 import torch
 
-from wedlm.evaluate.mask_probe import ENTROPY_EDGES, ProbeResult, probe, probe_inputs, probe_item
+from wedlm.evaluate.mask_probe import ENTROPY_EDGES, ProbeResult, end_probe, probe, probe_inputs, probe_item
 from wedlm.model import DenseAttention, load_model
 from wedlm.testing import byte_tokenizer, make_hf_checkpoint
 
@@ -59,3 +59,44 @@ def test_probe_needs_a_mask_token(tmp_path):
     qwen = load_model(make_hf_checkpoint(tmp_path, vocab_size=260), dtype="float32")
     with pytest.raises(ValueError, match="mask_token_id"):
         probe(qwen, byte_tokenizer(260), [("a", "b")], 4, 0.4, 0.0, progress=False)
+
+
+def test_end_probe_reads_the_end_token_probability_at_each_answer_position(model):
+    tok = byte_tokenizer(260)
+    end = tok.get_vocab()["<|im_end|>"]
+    pairs = [("ab", "xyz"), ("hello", "q")]
+    got = end_probe(model, tok, pairs, threshold=0.5, progress=False)
+    at_end, early_max = [], []
+    with torch.no_grad():
+        for prompt, answer in pairs:
+            text = tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                           add_generation_prompt=True)
+            head = tok(text, add_special_tokens=False)["input_ids"]
+            body = tok(answer, add_special_tokens=False)["input_ids"]
+            ids = head + body
+            p = torch.softmax(model(torch.tensor([ids]), torch.arange(len(ids))[None], DenseAttention())[0], -1)
+            p_end = p[len(head) - 1:, end]  # before the first answer token .. after the last
+            assert len(p_end) == len(body) + 1
+            at_end.append(float(p_end[-1]))
+            early_max.append(float(p_end[:-1].max()))
+    assert got["n"] == 2
+    assert got["p_end_at_end_mean"] == pytest.approx(sum(at_end) / 2, abs=1e-6)
+    assert got["p_end_early_max_median"] == pytest.approx(float(torch.tensor(early_max).median()), abs=1e-6)
+    right = sum(a > 0.5 and e < 0.5 for a, e in zip(at_end, early_max))
+    assert got["decided_right"] == right / 2
+    loose = end_probe(model, tok, pairs, threshold=0.0, progress=False)  # every p_end > 0: never early < 0
+    assert loose["decided_right"] == 0.0
+    with pytest.raises(ValueError, match="at least one"):
+        end_probe(model, tok, [], progress=False)
+
+
+def test_end_probe_on_the_shipped_model_stops_at_the_demo_end():
+    from pathlib import Path
+
+    from wedlm.tokenizer import load_tokenizer
+    path = Path(__file__).resolve().parents[2] / "models" / "wedlm-tiny"
+    shipped = load_model(path, dtype="float32").eval()
+    got = end_probe(shipped, load_tokenizer(path), [("Count from 1 to 200.", ", ".join(map(str, range(1, 201))))],
+                    progress=False)
+    # greedy AR decoding of the demo stops exactly after 200 (README), so the end is decided there
+    assert got["decided_right"] == 1.0 and got["p_end_at_end_median"] > 0.5

@@ -163,3 +163,56 @@ def probe(model, tokenizer, pairs: list[tuple[str, str]], window: int, tau: floa
         body = tokenizer(answer, add_special_tokens=False)["input_ids"]
         probe_item(model, result, head + body + [end_id], len(head), end_id, mask_id)
     return result.summary()
+
+
+@torch.no_grad()
+def end_probe(model, tokenizer, pairs: list[tuple[str, str]], threshold: float = 0.5,
+              progress: bool = True) -> dict:
+    """Does the AR head put the end token where the answer ends, and only there? (teacher-forced)
+
+    What: for each `(prompt, answer)` rendered with the chat template, one causal forward over
+    prompt + answer + `<|im_end|>`; p_end[i] = softmax(logits[i])[end] predicts the token after
+    position i. The answer's end is the position of its last token; every other answer position
+    (including the one before the answer's first token) is "early".
+
+    Why: an answer that must stop at a value read from the prompt ("Count from 429 to 446.")
+    is exact only if the model ends exactly there. A model that does not read the end value
+    puts the same small p_end at the true end as after any other number; a length prior shows
+    as a high p_end early. Greedy decoding stops right when p_end at the end is the argmax and
+    the end token is never the argmax earlier; this probe reports the probabilities behind it.
+
+    Args:
+        pairs: (user prompt, reference answer) texts.
+        threshold: an item is "decided right" when p_end at the end > threshold and every
+            early p_end < threshold.
+
+    Returns:
+        {"n", "p_end_at_end_median", "p_end_at_end_mean", "p_end_early_max_median",
+        "decided_right"} (shares in [0, 1]; decided_right is a share of items).
+
+    Raises:
+        ValueError: no pairs, or a tokenizer without `<|im_end|>` or an EOS token.
+    """
+    if not pairs:
+        raise ValueError("end_probe needs at least one (prompt, answer) pair")
+    end_id = tokenizer.get_vocab().get("<|im_end|>", tokenizer.eos_token_id)
+    if end_id is None:
+        raise ValueError("end_probe: the tokenizer has neither <|im_end|> nor an EOS token")
+    at_end, early_max, right = [], [], 0
+    from tqdm import tqdm
+    for prompt, answer in tqdm(pairs, desc="end probe", disable=not progress):
+        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                             add_generation_prompt=True)
+        head = tokenizer(text, add_special_tokens=False)["input_ids"]
+        body = tokenizer(answer, add_special_tokens=False)["input_ids"]
+        ids = torch.tensor(head + body, device=model.device)
+        logits = model(ids[None], torch.arange(len(ids), device=model.device)[None], DenseAttention())[0]
+        p_end = torch.softmax(logits[len(head) - 1:].float(), dim=-1)[:, end_id].cpu()  # [len(body) + 1]
+        end, early = float(p_end[-1]), float(p_end[:-1].max())
+        at_end.append(end)
+        early_max.append(early)
+        right += int(end > threshold and early < threshold)
+    at_end_t, early_t = torch.tensor(at_end), torch.tensor(early_max)
+    return {"n": len(pairs), "p_end_at_end_median": float(at_end_t.median()),
+            "p_end_at_end_mean": float(at_end_t.mean()), "p_end_early_max_median": float(early_t.median()),
+            "decided_right": right / len(pairs)}
