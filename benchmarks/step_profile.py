@@ -10,6 +10,7 @@ on other source trees (e.g. an exported older commit) and prints the tables side
 
     python benchmarks/step_profile.py --batch 1 --batch 8
     python benchmarks/step_profile.py --trees /tmp/before,.,.+compiled --batch 1 --batch 8
+    python benchmarks/step_profile.py --model M --device cuda --dtype bfloat16 --trees .,.+compiled --top 12
 """
 
 from __future__ import annotations
@@ -39,14 +40,16 @@ PARTS = [
 ]
 
 
-def profile(model: str, batch: int, max_tokens: int, decoding: str, compiled: bool = False) -> dict:
+def profile(model: str, batch: int, max_tokens: int, decoding: str, compiled: bool = False,
+            device: str = "cpu", dtype: str | None = None, top: int = 0) -> dict:
     import torch
 
     from wedlm import LLM, SamplingParams
 
     torch.set_num_threads(1)
     extra = {"enforce_eager": False} if compiled else {}
-    llm = LLM(model, device="cpu", max_num_seqs=max(batch, 1), enable_prefix_caching=False, **extra)
+    llm = LLM(model, device=device, dtype=dtype, max_num_seqs=max(batch, 1), enable_prefix_caching=False,
+              **extra)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, decoding=decoding, ignore_eos=True)
     prompts = [[(7 * i + 3 * j) % 200 + 10 for j in range(24)] for i in range(batch)]
     llm.generate(prompts[:1], SamplingParams(temperature=0.0, max_tokens=8, decoding=decoding))  # warm-up
@@ -68,6 +71,10 @@ def profile(model: str, batch: int, max_tokens: int, decoding: str, compiled: bo
     prof.disable()
     stats = pstats.Stats(prof).stats
     out = {"steps": steps, "step wall, no profiler": 1e6 * wall / max(steps, 1)}
+    if top:  # the functions with the most own time (a device synchronisation shows up here)
+        own = sorted(((tottime, f"{Path(path).name}:{line} {name}") for (path, line, name), (_, _, tottime, _, _)
+                      in stats.items()), reverse=True)[:top]
+        out["top"] = [[label, round(1e6 * t / max(steps, 1))] for t, label in own]
     runner = llm.engine.runner
     if getattr(runner, "compiled", None) is not None:
         out["compile_s"] = runner.compiled.compile_s
@@ -91,13 +98,16 @@ def main() -> int:
                     "TREE+compiled runs that tree with enforce_eager=False (warm-up compiles)")
     ap.add_argument("--repeats", type=int, default=3,
                     help="runs per tree, alternating trees; the table keeps each cell's minimum (least load)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (one torch thread on the host either way)")
+    ap.add_argument("--dtype", default=None, help="weights dtype, e.g. bfloat16 (default: the checkpoint's)")
+    ap.add_argument("--top", type=int, default=0, help="also list the N functions with the most own time per step")
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--compiled", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     batches = args.batch or [1, 8]
     if args.json:
-        print(json.dumps({b: profile(args.model, b, args.max_tokens, args.decoding, args.compiled)
-                          for b in batches}))
+        print(json.dumps({b: profile(args.model, b, args.max_tokens, args.decoding, args.compiled, args.device,
+                                     args.dtype, args.top) for b in batches}))
         return 0
     trees = args.trees.split(",") if args.trees else [str(Path(__file__).resolve().parents[1])]
     runs: list[list[dict]] = [[] for _ in trees]
@@ -105,15 +115,16 @@ def main() -> int:
         for i, tree in enumerate(trees):
             path, _, mode = tree.partition("+")  # "TREE+compiled": that tree with enforce_eager=False
             cmd = [sys.executable, str(Path(__file__).resolve()), "--json", "--model", args.model,
-                   "--max-tokens", str(args.max_tokens), "--decoding", args.decoding]
+                   "--max-tokens", str(args.max_tokens), "--decoding", args.decoding, "--device", args.device,
+                   "--top", str(args.top)] + (["--dtype", args.dtype] if args.dtype else [])
             cmd += ["--compiled"] if mode == "compiled" else []
             for b in batches:
                 cmd += ["--batch", str(b)]
             env = dict(os.environ, PYTHONPATH=str(Path(path).resolve()), OMP_NUM_THREADS="1")
             text = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
             runs[i].append(json.loads(text.strip().splitlines()[-1]))
-    results = [{b: {k: (max if k == "compile_s" else min)(r[b][k] for r in tree_runs) for k in tree_runs[0][b]}
-                for b in tree_runs[0]} for tree_runs in runs]
+    results = [{b: {k: (max if k == "compile_s" else min)(r[b][k] for r in tree_runs) for k in tree_runs[0][b]
+                    if k != "top"} for b in tree_runs[0]} for tree_runs in runs]
     for b in batches:
         b = str(b)
         print(f"\nbatch {b}, decoding {args.decoding}, {args.max_tokens} tokens each; microseconds per step "
@@ -125,6 +136,10 @@ def main() -> int:
         if any("compile_s" in r[b] for r in results):
             print("| compile (s, largest of the runs) | "
                   + " | ".join(f"{r[b]['compile_s']:.1f}" if "compile_s" in r[b] else "-" for r in results) + " |")
+        for tree, tree_runs in zip(trees, runs):
+            if tree_runs[-1][b].get("top"):
+                print(f"\nmost own time per step, {tree} (last run, us): "
+                      + "; ".join(f"{label} {us}" for label, us in tree_runs[-1][b]["top"]))
     return 0
 
 
