@@ -148,7 +148,9 @@ def counting_prompts(llm, n: int, max_tokens: int) -> list[list[int]]:
 def engine_overhead(llm, prompt: list[int], decoding: str, max_tokens: int) -> dict:
     """Engine step time over the bare forward of the same inputs, batch 1 (issue 11's target <= 1.2).
 
-    Runs one greedy request step by step, recording each step's wall time and its
+    Runs one greedy request once untimed (so both sides meet every step shape warm: on CUDA
+    a first pass pays graph captures and first-use kernel selection, which the replay below
+    would not), then again step by step, recording each step's wall time and its
     `ForwardItem`s; then replays every decode step's items through `runner.execute` on
     metadata prepared beforehand (the model forward, logits and argmax only: no scheduler,
     decoder, metadata or detokenizer). The prefill step is left out of both sums.
@@ -167,10 +169,11 @@ def engine_overhead(llm, prompt: list[int], decoding: str, max_tokens: int) -> d
         return real_run(items)
 
     sync = torch.cuda.synchronize if runner.device.type == "cuda" else (lambda: None)
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, decoding=decoding, ignore_eos=True)
+    llm.generate([prompt], params)  # warm-up over the same step shapes
     runner.run = run  # an instance attribute: the class's method is untouched
     try:
-        llm.add_request(prompt, SamplingParams(temperature=0.0, max_tokens=max_tokens, decoding=decoding,
-                                               ignore_eos=True))
+        llm.add_request(prompt, params)
         steps = []
         while llm.has_unfinished():
             t0 = time.perf_counter()
