@@ -90,7 +90,8 @@ def test_fake_engine_counters_equal_the_reported_stats():
         with socket.create_connection(("127.0.0.1", port)) as conn:
             conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                          b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-            assert wait_until(lambda: any(r.done >= 3 for r in spy._llm.running.values()))
+            # this request (60 prompt tokens), not the streamed one that may still be running
+            assert wait_until(lambda: any(len(r.prompt) == 60 and r.done >= 3 for r in list(spy._llm.running.values())))
         assert wait_until(lambda: not spy._llm.running and app.state.server.engine.num_active() == 0)
         spy._llm.fail_on_done = 3  # the engine raises mid-request, after its third token
         r = httpx.post(f"{url}/v1/completions", json={"prompt": "z" * 30, "max_tokens": 30})
