@@ -136,7 +136,10 @@ def test_an_exception_in_the_callers_block_stops_the_workers(ckpt_factory):
 
 
 SCRIPT = """
-import sys, time, torch
+import signal, sys, time, torch
+# Ctrl-C raises KeyboardInterrupt as in a terminal, even when the test run itself was started
+# with SIGINT ignored (a background job of a non-interactive shell, nohup): that is inherited
+signal.signal(signal.SIGINT, signal.default_int_handler)
 torch.set_num_threads(1)
 from wedlm import LLM, SamplingParams
 llm = LLM(sys.argv[1], tensor_parallel_size=2, kv_block_size=4, wedlm_window_size=4, device="cpu")
