@@ -153,16 +153,27 @@ def probe(model, tokenizer, pairs: list[tuple[str, str]], window: int, tau: floa
         raise ValueError("mask probe needs a WeDLM checkpoint (config.mask_token_id is None)")
     if window < 1:
         raise ValueError(f"window must be >= 1, got {window}")
-    end_id = tokenizer.get_vocab().get("<|im_end|>", tokenizer.eos_token_id)
+    end_id = end_token_id(tokenizer)
     result = ProbeResult(window, tau, lam)
     from tqdm import tqdm
     for prompt, answer in tqdm(pairs, desc=f"mask probe W={window}", disable=not progress):
-        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                             add_generation_prompt=True)
-        head = tokenizer(text, add_special_tokens=False)["input_ids"]
-        body = tokenizer(answer, add_special_tokens=False)["input_ids"]
+        head, body = encode_pair(tokenizer, prompt, answer)
         probe_item(model, result, head + body + [end_id], len(head), end_id, mask_id)
     return result.summary()
+
+
+def end_token_id(tokenizer) -> int | None:
+    """The id that ends an answer: `<|im_end|>` when the vocabulary has it, else EOS (or None)."""
+    return tokenizer.get_vocab().get("<|im_end|>", tokenizer.eos_token_id)
+
+
+def encode_pair(tokenizer, prompt: str, answer: str) -> tuple[list[int], list[int]]:
+    """(prompt ids through the assistant header, answer ids): the user turn rendered with the
+    chat template as the engine renders a request, the answer text tokenised on its own."""
+    text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                         add_generation_prompt=True)
+    return (tokenizer(text, add_special_tokens=False)["input_ids"],
+            tokenizer(answer, add_special_tokens=False)["input_ids"])
 
 
 @torch.no_grad()
@@ -195,16 +206,13 @@ def end_probe(model, tokenizer, pairs: list[tuple[str, str]], threshold: float =
     """
     if not pairs:
         raise ValueError("end_probe needs at least one (prompt, answer) pair")
-    end_id = tokenizer.get_vocab().get("<|im_end|>", tokenizer.eos_token_id)
+    end_id = end_token_id(tokenizer)
     if end_id is None:
         raise ValueError("end_probe: the tokenizer has neither <|im_end|> nor an EOS token")
     at_end, early_max, right = [], [], 0
     from tqdm import tqdm
     for prompt, answer in tqdm(pairs, desc="end probe", disable=not progress):
-        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                             add_generation_prompt=True)
-        head = tokenizer(text, add_special_tokens=False)["input_ids"]
-        body = tokenizer(answer, add_special_tokens=False)["input_ids"]
+        head, body = encode_pair(tokenizer, prompt, answer)
         ids = torch.tensor(head + body, device=model.device)
         logits = model(ids[None], torch.arange(len(ids), device=model.device)[None], DenseAttention())[0]
         p_end = torch.softmax(logits[len(head) - 1:].float(), dim=-1)[:, end_id].cpu()  # [len(body) + 1]
