@@ -228,11 +228,15 @@ def write_jsonl(path: Path, records) -> int:
     return n
 
 
+def train_chat_records(counts: dict[str, int], seed: int) -> list[dict]:
+    """Chat records of `counts[task]` TRAIN-split examples per task (seed `seed`), task by task."""
+    return [to_chat(ex) for task, n in counts.items() for ex in examples(task, n, "train", seed)]
+
+
 def build(out: Path, scale: float = 1.0, seed: int = SEEDS["train"]) -> dict:
     """Write train.jsonl (shuffled chat records), val.jsonl and test.jsonl; returns counts."""
     rng = random.Random(f"curriculum:{seed}")
-    train = [to_chat(ex) for task, n in TRAIN_RECORDS.items()
-             for ex in examples(task, max(1, int(n * scale)), "train", seed)]
+    train = train_chat_records({task: max(1, int(n * scale)) for task, n in TRAIN_RECORDS.items()}, seed)
     rng.shuffle(train)
     counts = {"train.jsonl": write_jsonl(out / "train.jsonl", train)}
     for split in ("val", "test"):
@@ -268,8 +272,7 @@ def build_stop(out: Path, n_short: int, n_replay: int, seed: int = SEEDS["train"
     rng = random.Random(f"stop:{seed}")
     total = sum(TRAIN_RECORDS.values())
     records = [to_chat(ex) for ex in short_count_examples(n_short, seed)]
-    records += [to_chat(ex) for task, k in TRAIN_RECORDS.items()
-                for ex in examples(task, round(n_replay * k / total), "train", seed)]
+    records += train_chat_records({task: round(n_replay * k / total) for task, k in TRAIN_RECORDS.items()}, seed)
     rng.shuffle(records)
     return write_jsonl(out / "stop.jsonl", records)
 
