@@ -110,17 +110,17 @@ def same_list(text: str, answer: str) -> bool:
     The one rule by which every list-operation answer is scored: `wedlm eval`, `wedlm bench`
     and the curriculum suite of the tiny model's recipes.
     """
-    return _states(parse_list(text), answer)
+    return _same_parsed(parse_list(text), answer)
 
 
-def _states(pred: list[str] | None, answer: str) -> bool:
+def _same_parsed(pred: list[str] | None, answer: str) -> bool:
     return pred is not None and pred == parse_list(answer)
 
 
 def score_list_answer(item: EvalItem, text: str) -> Score:
     """`same_list` of the generation and the item's reference answer text (a str)."""
     pred = parse_list(text)  # read once: the verdict and the recorded prediction
-    return Score(correct=_states(pred, item.reference), predicted=None if pred is None else json.dumps(pred))
+    return Score(correct=_same_parsed(pred, item.reference), predicted=None if pred is None else json.dumps(pred))
 
 
 def score_list_item(item: EvalItem, text: str) -> Score:
