@@ -109,3 +109,25 @@ def test_short_counts_and_the_stop_file(tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "stop.jsonl").read_text().splitlines()]
     assert n == len(rows) == 40 + 100  # 12 + 44 + 44 of the usual 60k:220k:220k mix
     assert sum(r["source"] == "count" for r in rows) == 40 + 12
+
+
+def test_the_stop_stage_file_of_2_to_7_term_ranges(tmp_path):
+    short = cur.short_count_examples(400, max_terms=7, min_terms=2, demo=0.0)
+    lengths = [len(ex["answer"].split(", ")) for ex in short]
+    assert all([int(v) for v in ex["answer"].split(", ")] == _count_values(ex["prompt"]) for ex in short)
+    assert set(lengths) == {2, 3, 4, 5, 6, 7}  # every length occurs, nothing outside 2..7
+    assert not any(ex["prompt"] == "Count from 1 to 200." for ex in short)  # demo share 0
+    assert {ex["op"] for ex in short} == {"up", "down"}
+    held_out = {ex["prompt"] for split in ("val", "test") for ex in cur.examples("count", 200, split)}
+    assert not held_out & {ex["prompt"] for ex in short}
+    for bad, match in (({"min_terms": 1}, "min_terms"), ({"min_terms": 5, "max_terms": 4}, "max_terms")):
+        with pytest.raises(ValueError, match=match):
+            cur.short_count_examples(1, **bad)
+    cur.main(["--out", str(tmp_path), "--stop", "30", "--stop-replay", "20", "--stop-terms", "2-7",
+              "--stop-demo", "0"])
+    rows = [json.loads(x) for x in (tmp_path / "stop.jsonl").read_text().splitlines()]
+    assert len(rows) == 50
+    short_rows = [r for r in rows if r["source"] == "count" and len(r["messages"][1]["content"].split(", ")) <= 7]
+    assert len(short_rows) >= 30
+    with pytest.raises(SystemExit, match="MIN-MAX"):
+        cur.main(["--out", str(tmp_path), "--stop", "3", "--stop-terms", "7"])

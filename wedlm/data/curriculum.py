@@ -69,13 +69,15 @@ def _join(values) -> str:
 
 # ------------------------------------------------------------------- count ---
 
-def count_range(rng: random.Random, max_terms: int = 150) -> tuple[int, int, int]:
-    """(low, high, step): values low, low+step, ..., high with 3..max_terms terms (half of the
-    ranges at most 30), 0 <= low, high <= 1100; 4% are the demo range 1..200."""
-    if rng.random() < 0.04:
+def count_range(rng: random.Random, max_terms: int = 150, min_terms: int = 3,
+                demo: float = 0.04) -> tuple[int, int, int]:
+    """(low, high, step): values low, low+step, ..., high with `min_terms`..`max_terms` terms
+    (half of the ranges at most 30), 0 <= low, high <= 1100; a share `demo` are the demo
+    range 1..200."""
+    if rng.random() < demo:
         return 1, 200, 1
     step = rng.choice(STEPS)
-    terms = rng.randint(3, min(30, max_terms)) if rng.random() < 0.5 else rng.randint(3, max_terms)
+    terms = rng.randint(min_terms, min(30, max_terms)) if rng.random() < 0.5 else rng.randint(min_terms, max_terms)
     terms = min(terms, 1100 // step + 1)
     if rng.random() < 0.35:  # cross a digit-length change inside the range
         low = max(0, rng.choice(CROSSINGS) - rng.randint(1, terms - 1) * step)
@@ -89,9 +91,10 @@ def count_range(rng: random.Random, max_terms: int = 150) -> tuple[int, int, int
     return low, high, step
 
 
-def gen_count(rng: random.Random, max_terms: int = 150) -> tuple[Example, str]:
-    """Counting up or down from a random range; the answer is the full listing."""
-    low, high, step = count_range(rng, max_terms)
+def gen_count(rng: random.Random, max_terms: int = 150, min_terms: int = 3,
+              demo: float = 0.04) -> tuple[Example, str]:
+    """Counting up or down from a random range (see `count_range`); the answer is the full listing."""
+    low, high, step = count_range(rng, max_terms, min_terms, demo)
     values = list(range(low, high + 1, step))
     if (low, high, step) == (1, 200, 1):
         return {"task": "count", "op": "up", "prompt": "Count from 1 to 200.", "answer": _join(values),
@@ -245,33 +248,40 @@ def build(out: Path, scale: float = 1.0, seed: int = SEEDS["train"]) -> dict:
     return counts
 
 
-def short_count_examples(n: int, seed: int = SEEDS["train"], max_terms: int = 10) -> list[Example]:
-    """`n` TRAIN-split counting examples of 3..`max_terms` terms (plus the demo range at 4%).
+def short_count_examples(n: int, seed: int = SEEDS["train"], max_terms: int = 10,
+                         min_terms: int = 3, demo: float = 0.04) -> list[Example]:
+    """`n` TRAIN-split counting examples of `min_terms`..`max_terms` terms (plus the demo range
+    1..200 at a share `demo`).
 
     Each counting record holds exactly one decision to stop at the end value read from the
     prompt; short ranges put many of those decisions in few tokens (the shipped model counts
     right but stops late). Keys follow the split rule, so no test or validation range appears.
 
     Raises:
-        ValueError: `max_terms` < 3.
+        ValueError: `min_terms` < 2 or `max_terms` < `min_terms`.
     """
-    if max_terms < 3:
-        raise ValueError(f"max_terms must be >= 3, got {max_terms}")
-    rng = random.Random(f"count-short:{seed}:{max_terms}")
+    if min_terms < 2:
+        raise ValueError(f"min_terms must be >= 2, got {min_terms}")
+    if max_terms < min_terms:
+        raise ValueError(f"max_terms must be >= min_terms ({min_terms}), got {max_terms}")
+    name = f"count-short:{seed}:{max_terms}" + ("" if (min_terms, demo) == (3, 0.04) else f":{min_terms}:{demo}")
+    rng = random.Random(name)
     out: list[Example] = []
     while len(out) < n:
-        ex, key = gen_count(rng, max_terms)
+        ex, key = gen_count(rng, max_terms, min_terms, demo)
         if split_of(key) == "train":
             out.append(ex)
     return out
 
 
-def build_stop(out: Path, n_short: int, n_replay: int, seed: int = SEEDS["train"] + 1) -> int:
-    """Write stop.jsonl: `n_short` short counting records and `n_replay` records of the usual
-    mix (TRAIN_RECORDS proportions, seed `seed`, so mostly unseen), shuffled; returns records."""
+def build_stop(out: Path, n_short: int, n_replay: int, seed: int = SEEDS["train"] + 1,
+               terms: tuple[int, int] = (3, 10), demo: float = 0.04) -> int:
+    """Write stop.jsonl: `n_short` short counting records (`terms` = (min, max) terms, demo
+    range at a share `demo`) and `n_replay` records of the usual mix (TRAIN_RECORDS
+    proportions, seed `seed`, so mostly unseen), shuffled; returns records."""
     rng = random.Random(f"stop:{seed}")
     total = sum(TRAIN_RECORDS.values())
-    records = [to_chat(ex) for ex in short_count_examples(n_short, seed)]
+    records = [to_chat(ex) for ex in short_count_examples(n_short, seed, terms[1], terms[0], demo)]
     records += train_chat_records({task: round(n_replay * k / total) for task, k in TRAIN_RECORDS.items()}, seed)
     rng.shuffle(records)
     return write_jsonl(out / "stop.jsonl", records)
@@ -284,12 +294,23 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--scale", type=float, default=1.0, help="multiply every record count")
     p.add_argument("--seed", type=int, default=SEEDS["train"])
     p.add_argument("--stop", type=int, default=0, metavar="N",
-                   help="write only stop.jsonl: N short counting records (3-10 terms) + N of the usual mix")
+                   help="write only stop.jsonl: N short counting records + N of the usual mix")
+    p.add_argument("--stop-terms", default="3-10", metavar="MIN-MAX",
+                   help="terms per short counting record of --stop (default 3-10)")
+    p.add_argument("--stop-replay", type=int, default=None, metavar="N",
+                   help="records of the usual mix in stop.jsonl (default: as many as --stop)")
+    p.add_argument("--stop-demo", type=float, default=0.04,
+                   help="share of the demo range 1..200 among the short records (default 0.04)")
     a = p.parse_args(argv)
     if a.seed == SEEDS["test"]:
         raise SystemExit("--seed 999999 is the test split's seed; pick another")
     if a.stop:
-        print(f"{a.out / 'stop.jsonl'}: {build_stop(a.out, a.stop, a.stop)} records")
+        lo, _, hi = a.stop_terms.partition("-")
+        if not (lo.isdigit() and hi.isdigit()):
+            raise SystemExit(f"--stop-terms must be MIN-MAX (e.g. 2-7), got {a.stop_terms!r}")
+        replay = a.stop if a.stop_replay is None else a.stop_replay
+        n = build_stop(a.out, a.stop, replay, terms=(int(lo), int(hi)), demo=a.stop_demo)
+        print(f"{a.out / 'stop.jsonl'}: {n} records")
         return
     for name, n in build(a.out, a.scale, a.seed).items():
         print(f"{a.out / name}: {n} records")
