@@ -131,3 +131,20 @@ def test_the_stop_stage_file_of_2_to_7_term_ranges(tmp_path):
     assert len(short_rows) >= 30
     with pytest.raises(SystemExit, match="MIN-MAX"):
         cur.main(["--out", str(tmp_path), "--stop", "3", "--stop-terms", "7"])
+
+
+def test_simple_stop_records_are_short_up_ranges_of_the_train_split(tmp_path):
+    exs = cur.simple_count_examples(500, max_terms=6)
+    lengths = [len(ex["answer"].split(", ")) for ex in exs]
+    assert set(lengths) == {1, 2, 3, 4, 5, 6}
+    for ex in exs:
+        values = [int(v) for v in ex["answer"].split(", ")]
+        assert values == _count_values(ex["prompt"]) and values[-1] <= 999
+        assert ex["prompt"].startswith("Count from ") and ex["op"] == "up"
+    held_out = {ex["prompt"] for split in ("val", "test") for ex in cur.examples("count", 200, split)}
+    assert not held_out & {ex["prompt"] for ex in exs}
+    assert cur.simple_count_examples(500, max_terms=6) == exs  # deterministic
+    with pytest.raises(ValueError, match="max_terms"):
+        cur.simple_count_examples(1, max_terms=0)
+    cur.main(["--out", str(tmp_path), "--simple-stop", "25"])
+    assert len((tmp_path / "simple_stop.jsonl").read_text().splitlines()) == 25

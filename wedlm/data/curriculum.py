@@ -274,6 +274,32 @@ def short_count_examples(n: int, seed: int = SEEDS["train"], max_terms: int = 10
     return out
 
 
+def simple_count_examples(n: int, seed: int = SEEDS["train"], max_terms: int = 6) -> list[Example]:
+    """`n` TRAIN-split "Count from A to B." examples of 1..`max_terms` terms, up, step 1, A+terms-1
+    <= 999: the simplest data with a stop decision every few numbers.
+
+    On such data a 4-layer model learns to read B from the prompt in a few hundred steps (the
+    end token's probability right after B jumps to ~1), which mixed counting forms and longer
+    ranges did not teach (docs/training.md, "Stopping at the end value").
+
+    Raises:
+        ValueError: `max_terms` < 1.
+    """
+    if max_terms < 1:
+        raise ValueError(f"max_terms must be >= 1, got {max_terms}")
+    rng = random.Random(f"count-simple:{seed}:{max_terms}")
+    out: list[Example] = []
+    while len(out) < n:
+        terms = rng.randint(1, max_terms)
+        low = rng.randint(0, 1000 - terms)
+        high = low + terms - 1
+        if split_of(f"count:{low}:{high}:1") != "train":
+            continue
+        out.append({"task": "count", "op": "up", "prompt": f"Count from {low} to {high}.",
+                    "answer": _join(range(low, high + 1)), "final": None})
+    return out
+
+
 def build_stop(out: Path, n_short: int, n_replay: int, seed: int = SEEDS["train"] + 1,
                terms: tuple[int, int] = (3, 10), demo: float = 0.04) -> int:
     """Write stop.jsonl: `n_short` short counting records (`terms` = (min, max) terms, demo
@@ -295,6 +321,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=SEEDS["train"])
     p.add_argument("--stop", type=int, default=0, metavar="N",
                    help="write only stop.jsonl: N short counting records + N of the usual mix")
+    p.add_argument("--simple-stop", type=int, default=0, metavar="N",
+                   help="write only simple_stop.jsonl: N 1-6-term 'Count from A to B.' records")
     p.add_argument("--stop-terms", default="3-10", metavar="MIN-MAX",
                    help="terms per short counting record of --stop (default 3-10)")
     p.add_argument("--stop-replay", type=int, default=None, metavar="N",
@@ -304,6 +332,10 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     if a.seed == SEEDS["test"]:
         raise SystemExit("--seed 999999 is the test split's seed; pick another")
+    if a.simple_stop:
+        n = write_jsonl(a.out / "simple_stop.jsonl", [to_chat(ex) for ex in simple_count_examples(a.simple_stop)])
+        print(f"{a.out / 'simple_stop.jsonl'}: {n} records")
+        return
     if a.stop:
         lo, _, hi = a.stop_terms.partition("-")
         if not (lo.isdigit() and hi.isdigit()):
