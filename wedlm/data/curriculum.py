@@ -91,24 +91,25 @@ def count_range(rng: random.Random, max_terms: int = 150, min_terms: int = 3,
     return low, high, step
 
 
-def gen_count(rng: random.Random, max_terms: int = 150, min_terms: int = 3,
-              demo: float = 0.04) -> tuple[Example, str]:
-    """Counting up or down from a random range (see `count_range`); the answer is the full listing."""
-    low, high, step = count_range(rng, max_terms, min_terms, demo)
+def count_example(low: int, high: int, step: int = 1, down: bool = False) -> tuple[Example, str]:
+    """The counting example of one range and its split key ("count:low:high:step[:down]")."""
     values = list(range(low, high + 1, step))
-    if (low, high, step) == (1, 200, 1):
-        return {"task": "count", "op": "up", "prompt": "Count from 1 to 200.", "answer": _join(values),
-                "final": None}, "count:1:200:1"
-    down = rng.random() < 0.3
     suffix = "" if step == 1 else f" in steps of {step}"
     if down:
         values.reverse()
         prompt = f"Count down from {high} to {low}{suffix}."
     else:
         prompt = f"Count from {low} to {high}{suffix}."
-    op = "down" if down else "up"
-    return ({"task": "count", "op": op, "prompt": prompt, "answer": _join(values), "final": None},
-            f"count:{low}:{high}:{step}" + (":down" if down else ""))
+    return ({"task": "count", "op": "down" if down else "up", "prompt": prompt, "answer": _join(values),
+             "final": None}, f"count:{low}:{high}:{step}" + (":down" if down else ""))
+
+
+def gen_count(rng: random.Random, max_terms: int = 150, min_terms: int = 3,
+              demo: float = 0.04) -> tuple[Example, str]:
+    """Counting up or down from a random range (see `count_range`); the answer is the full listing."""
+    low, high, step = count_range(rng, max_terms, min_terms, demo)
+    down = (low, high, step) != (1, 200, 1) and rng.random() < 0.3  # the demo range only counts up
+    return count_example(low, high, step, down)
 
 
 # ------------------------------------------------------------------ addsub ---
@@ -264,6 +265,7 @@ def short_count_examples(n: int, seed: int = SEEDS["train"], max_terms: int = 10
         raise ValueError(f"min_terms must be >= 2, got {min_terms}")
     if max_terms < min_terms:
         raise ValueError(f"max_terms must be >= min_terms ({min_terms}), got {max_terms}")
+    # the default settings keep the seed string of the first stop file, so it is rebuilt identically
     name = f"count-short:{seed}:{max_terms}" + ("" if (min_terms, demo) == (3, 0.04) else f":{min_terms}:{demo}")
     rng = random.Random(name)
     out: list[Example] = []
@@ -292,11 +294,9 @@ def simple_count_examples(n: int, seed: int = SEEDS["train"], max_terms: int = 6
     while len(out) < n:
         terms = rng.randint(1, max_terms)
         low = rng.randint(0, 1000 - terms)
-        high = low + terms - 1
-        if split_of(f"count:{low}:{high}:1") != "train":
-            continue
-        out.append({"task": "count", "op": "up", "prompt": f"Count from {low} to {high}.",
-                    "answer": _join(range(low, high + 1)), "final": None})
+        ex, key = count_example(low, low + terms - 1)
+        if split_of(key) == "train":
+            out.append(ex)
     return out
 
 
