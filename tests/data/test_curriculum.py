@@ -148,3 +148,31 @@ def test_simple_stop_records_are_short_up_ranges_of_the_train_split(tmp_path):
         cur.simple_count_examples(1, max_terms=0)
     cur.main(["--out", str(tmp_path), "--simple-stop", "25"])
     assert len((tmp_path / "simple_stop.jsonl").read_text().splitlines()) == 25
+
+
+def test_mix_file_holds_the_requested_records_shuffled_and_train_only(tmp_path):
+    out = tmp_path / "mix.jsonl"
+    n = cur.build_mix(out, simple={6: 30, 15: 20}, short={20: 10}, replay={"addsub": 5, "listops": 5})
+    recs = [json.loads(x) for x in out.read_text().splitlines()]
+    assert n == len(recs) == 70
+    by_source = {}
+    for r in recs:
+        by_source[r["source"]] = by_source.get(r["source"], 0) + 1
+    assert by_source == {"count": 60, "addsub": 5, "listops": 5}
+    prompts = [r["messages"][0]["content"] for r in recs]
+    assert [r["source"] for r in recs[:60]] != ["count"] * 60  # shuffled, not task by task
+    counts = [_count_values(p) for p, r in zip(prompts, recs) if r["source"] == "count"]
+    assert max(len(v) for v in counts) <= 20 and min(len(v) for v in counts) == 1
+    held_out = {ex["prompt"] for split in ("val", "test") for ex in cur.examples("count", 200, split)}
+    held_out |= {ex["prompt"] for split in ("val", "test") for t in ("addsub", "listops")
+                 for ex in cur.examples(t, 200, split)}
+    assert not held_out & set(prompts)
+    # the CLI writes the same file from a JSON spec (string keys, seed offset 2 = the default)
+    cur.main(["--out", str(tmp_path / "cli.jsonl"), "--mix",
+              '{"simple": {"6": 30, "15": 20}, "short": {"20": 10}, "replay": {"addsub": 5, "listops": 5}}'])
+    assert (tmp_path / "cli.jsonl").read_text() == out.read_text()
+    with pytest.raises(SystemExit, match="unknown keys"):
+        cur.main(["--out", str(tmp_path / "bad.jsonl"), "--mix", '{"simpel": {"6": 3}}'])
+    with pytest.raises(ValueError, match="unknown task"):
+        cur.build_mix(tmp_path / "bad.jsonl", replay={"code": 3})
+    assert not (tmp_path / "bad.jsonl").exists()

@@ -313,6 +313,29 @@ def build_stop(out: Path, n_short: int, n_replay: int, seed: int = SEEDS["train"
     return write_jsonl(out / "stop.jsonl", records)
 
 
+def build_mix(out: Path, simple: dict[int, int] | None = None, short: dict[int, int] | None = None,
+              replay: dict[str, int] | None = None, seed: int = SEEDS["train"] + 2, demo: float = 0.0) -> int:
+    """Write one shuffled TRAIN-split mix to the file `out`; returns records.
+
+    `simple` maps max terms -> records of `simple_count_examples` (1..max terms, up, step 1);
+    `short` maps max terms -> records of `short_count_examples` (2..max terms, every counting
+    form, demo range at a share `demo`); `replay` maps task -> records of the usual generators.
+    This builds the widening stages after the stop experiments (docs/training.md): the simple
+    records keep the end value B read while longer ranges and the other tasks come back.
+
+    Raises:
+        ValueError: an unknown task in `replay`, or terms out of range (see the generators).
+    """
+    records = []
+    for max_terms, n in (simple or {}).items():
+        records += [to_chat(ex) for ex in simple_count_examples(n, seed, int(max_terms))]
+    for max_terms, n in (short or {}).items():
+        records += [to_chat(ex) for ex in short_count_examples(n, seed, int(max_terms), 2, demo)]
+    records += train_chat_records(dict(replay or {}), seed)
+    random.Random(f"widen:{seed}").shuffle(records)
+    return write_jsonl(Path(out), records)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of ``python -m wedlm.data.curriculum``."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -329,9 +352,24 @@ def main(argv: list[str] | None = None) -> None:
                    help="records of the usual mix in stop.jsonl (default: as many as --stop)")
     p.add_argument("--stop-demo", type=float, default=0.04,
                    help="share of the demo range 1..200 among the short records (default 0.04)")
+    p.add_argument("--mix", default=None, metavar="JSON",
+                   help='write only the file --out: a mix, e.g. \'{"simple": {"6": 15000}, "short": {"20": 12000}, '
+                        '"replay": {"addsub": 10000}, "seed": 2}\' (seed offset from the train seed; see build_mix)')
     a = p.parse_args(argv)
     if a.seed == SEEDS["test"]:
         raise SystemExit("--seed 999999 is the test split's seed; pick another")
+    if a.mix:
+        try:
+            spec = json.loads(a.mix)
+        except json.JSONDecodeError as e:
+            raise SystemExit(f"--mix must be a JSON object: {e}")
+        unknown = set(spec) - {"simple", "short", "replay", "seed", "demo"}
+        if not isinstance(spec, dict) or unknown:
+            raise SystemExit(f"--mix: unknown keys {sorted(unknown)}; expected simple, short, replay, seed, demo")
+        n = build_mix(a.out, spec.get("simple"), spec.get("short"), spec.get("replay"),
+                      SEEDS["train"] + int(spec.get("seed", 2)), float(spec.get("demo", 0.0)))
+        print(f"{a.out}: {n} records")
+        return
     if a.simple_stop:
         n = write_jsonl(a.out / "simple_stop.jsonl", [to_chat(ex) for ex in simple_count_examples(a.simple_stop)])
         print(f"{a.out / 'simple_stop.jsonl'}: {n} records")
