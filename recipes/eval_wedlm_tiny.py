@@ -19,6 +19,7 @@ Writes summary.json (everything) and prints the markdown tables the model card e
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -55,12 +56,19 @@ def count200(model: str, window: int, tau: float, lam: float) -> dict:
     return out
 
 
-def mask_probe(model: str, n: dict, d: dict) -> dict:
-    from wedlm.evaluate.mask_probe import probe
+@functools.lru_cache(maxsize=1)
+def probe_model(model: str):
+    """(fp32 model in eval mode, tokenizer) for the teacher-forced probes, loaded once per run."""
     from wedlm.model import load_model
     from wedlm.tokenizer import load_tokenizer
 
-    m, tok = load_model(model, dtype="float32").eval(), load_tokenizer(model)
+    return load_model(model, dtype="float32").eval(), load_tokenizer(model)
+
+
+def mask_probe(model: str, n: dict, d: dict) -> dict:
+    from wedlm.evaluate.mask_probe import probe
+
+    m, tok = probe_model(model)
     out = {}
     for task, k in n.items():
         exs = suite.items("test", {task: k})
@@ -71,10 +79,8 @@ def mask_probe(model: str, n: dict, d: dict) -> dict:
 def stop_probe(model: str, n: dict) -> dict:
     """Per task: `end_probe` over `n[task]` test items (is the end token put where the answer ends?)."""
     from wedlm.evaluate.mask_probe import end_probe
-    from wedlm.model import load_model
-    from wedlm.tokenizer import load_tokenizer
 
-    m, tok = load_model(model, dtype="float32").eval(), load_tokenizer(model)
+    m, tok = probe_model(model)
     return {task: end_probe(m, tok, [(e["prompt"], e["answer"]) for e in suite.items("test", {task: k})])
             for task, k in n.items()}
 

@@ -176,3 +176,16 @@ def test_mix_file_holds_the_requested_records_shuffled_and_train_only(tmp_path):
     with pytest.raises(ValueError, match="unknown task"):
         cur.build_mix(tmp_path / "bad.jsonl", replay={"code": 3})
     assert not (tmp_path / "bad.jsonl").exists()
+
+
+def test_seed_option_reaches_the_stop_and_mix_files(tmp_path):
+    runs = {}
+    for seed in ("4242", "5"):
+        cur.main(["--out", str(tmp_path / seed), "--simple-stop", "20", "--seed", seed])
+        runs[seed] = (tmp_path / seed / "simple_stop.jsonl").read_text()
+    default = tmp_path / "default"
+    cur.main(["--out", str(default), "--simple-stop", "20"])
+    assert (default / "simple_stop.jsonl").read_text() == runs["4242"] != runs["5"]
+    cur.main(["--out", str(tmp_path / "a.jsonl"), "--mix", '{"replay": {"addsub": 5}}', "--seed", "5"])
+    cur.main(["--out", str(tmp_path / "b.jsonl"), "--mix", '{"replay": {"addsub": 5}}'])
+    assert (tmp_path / "a.jsonl").read_text() != (tmp_path / "b.jsonl").read_text()

@@ -341,7 +341,8 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("data/curriculum"))
     p.add_argument("--scale", type=float, default=1.0, help="multiply every record count")
-    p.add_argument("--seed", type=int, default=SEEDS["train"])
+    p.add_argument("--seed", type=int, default=SEEDS["train"],
+                   help="train-split seed of every mode (--stop uses SEED+1, --mix SEED+its seed offset)")
     p.add_argument("--stop", type=int, default=0, metavar="N",
                    help="write only stop.jsonl: N short counting records + N of the usual mix")
     p.add_argument("--simple-stop", type=int, default=0, metavar="N",
@@ -354,7 +355,7 @@ def main(argv: list[str] | None = None) -> None:
                    help="share of the demo range 1..200 among the short records (default 0.04)")
     p.add_argument("--mix", default=None, metavar="JSON",
                    help='write only the file --out: a mix, e.g. \'{"simple": {"6": 15000}, "short": {"20": 12000}, '
-                        '"replay": {"addsub": 10000}, "seed": 2}\' (seed offset from the train seed; see build_mix)')
+                        '"replay": {"addsub": 10000}, "seed": 2}\' (seed: offset added to --seed; see build_mix)')
     a = p.parse_args(argv)
     if a.seed == SEEDS["test"]:
         raise SystemExit("--seed 999999 is the test split's seed; pick another")
@@ -367,11 +368,12 @@ def main(argv: list[str] | None = None) -> None:
         if not isinstance(spec, dict) or unknown:
             raise SystemExit(f"--mix: unknown keys {sorted(unknown)}; expected simple, short, replay, seed, demo")
         n = build_mix(a.out, spec.get("simple"), spec.get("short"), spec.get("replay"),
-                      SEEDS["train"] + int(spec.get("seed", 2)), float(spec.get("demo", 0.0)))
+                      a.seed + int(spec.get("seed", 2)), float(spec.get("demo", 0.0)))
         print(f"{a.out}: {n} records")
         return
     if a.simple_stop:
-        n = write_jsonl(a.out / "simple_stop.jsonl", [to_chat(ex) for ex in simple_count_examples(a.simple_stop)])
+        n = write_jsonl(a.out / "simple_stop.jsonl",
+                        [to_chat(ex) for ex in simple_count_examples(a.simple_stop, a.seed)])
         print(f"{a.out / 'simple_stop.jsonl'}: {n} records")
         return
     if a.stop:
@@ -379,7 +381,7 @@ def main(argv: list[str] | None = None) -> None:
         if not (lo.isdigit() and hi.isdigit()):
             raise SystemExit(f"--stop-terms must be MIN-MAX (e.g. 2-7), got {a.stop_terms!r}")
         replay = a.stop if a.stop_replay is None else a.stop_replay
-        n = build_stop(a.out, a.stop, replay, terms=(int(lo), int(hi)), demo=a.stop_demo)
+        n = build_stop(a.out, a.stop, replay, a.seed + 1, terms=(int(lo), int(hi)), demo=a.stop_demo)
         print(f"{a.out / 'stop.jsonl'}: {n} records")
         return
     for name, n in build(a.out, a.scale, a.seed).items():
