@@ -24,7 +24,11 @@ STAGES = [("ar", "AR training from scratch (next-token loss on answers)", "confi
           ("wedlm", "WeDLM training (dual-stream masking + AR loss, 8 learnable `<|im_end|>`)",
            "configs/tiny_wedlm.yaml"),
           ("wedlm-cont", "continued WeDLM training (unseen records, less counting; `CONTINUE=1`)",
-           "configs/tiny_wedlm_cont.yaml")]
+           "configs/tiny_wedlm_cont.yaml"),
+          ("wedlm-simple", "WeDLM training on 1-6-term \"Count from A to B.\" records (reads B; `V4=1`)",
+           "configs/tiny_wedlm_simple.yaml"),
+          ("wedlm-mix", "WeDLM training on a mix keeping those records, every task back (`V4=1`)",
+           "configs/tiny_wedlm_mix.yaml")]
 
 
 def stages_run(run: Path) -> list[tuple[str, str, str]]:
@@ -59,7 +63,7 @@ def stage_rows(run: Path) -> tuple[list[str], dict]:
         rows.append(f"| {title} | `{cfg}` | {meta['steps']} | {meta['tokens'] / 1e6:.2f}M | {clock / 60:.1f} min | "
                     f"{meta['tokens'] / max(1, clock):,.0f} | {precision} | {losses} |")
     rows.append(f"| conversion (`wedlm convert`) | - | - | - | {seconds.get('convert', 0)} s | - | - | - |")
-    total = sum(v for k, v in seconds.items() if k in ("ar", "wedlm", "wedlm-cont", "convert"))
+    total = sum(v for k, v in seconds.items() if k in {name for name, _, _ in STAGES} | {"convert"})
     rows.append(f"| **total** | | | **{total_tokens / 1e6:.2f}M** | **{total / 60:.1f} min** | | | |")
     return rows, {"minutes": total / 60, "tokens": total_tokens}
 
@@ -139,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     n_params = sum(p.numel() for p in load_model(model).parameters())
     size_mb = sum(f.stat().st_size for f in model.rglob("*") if f.is_file()) / 1e6
     stages, totals = stage_rows(run)
-    continued = any(name == "wedlm-cont" for name, _, _ in stages_run(run))
+    names = {name for name, _, _ in stages_run(run)}
+    continued = "wedlm-cont" in names
+    v4 = "wedlm-mix" in names
     train_cfg = json.loads((run / "wedlm" / "train_config.json").read_text())
     tune_line = "not run"
     if tune and not tune.get("best"):
@@ -178,10 +184,14 @@ def main(argv: list[str] | None = None) -> int:
             "intermediate_size", "vocab_size", "max_position_embeddings", "mask_token_id")},
         window=gen["wedlm_window_size"], tau=gen["wedlm_entropy_threshold"], lam=gen["wedlm_pos_penalty_factor"],
         data="\n".join(data_rows(REPO / "configs" / "tiny_wedlm.yaml")), stages="\n".join(stages),
-        data_cont=DATA_CONT.format(rows="\n".join(data_rows(REPO / "configs" / "tiny_wedlm_cont.yaml")))
-        if continued else "", lineage=LINEAGE_V3 if continued else LINEAGE_V2,
-        cont_cpu=" The continued stage had the machine to itself, on 2 threads." if continued else "",
-        recipe_minutes="" if not continued else " (the 118-minute recipe plus a continued stage)",
+        data_cont=(DATA_CONT.format(rows="\n".join(data_rows(REPO / "configs" / "tiny_wedlm_cont.yaml")))
+                   if continued else "") + (DATA_V4.format(
+                       simple="\n".join(data_rows(REPO / "configs" / "tiny_wedlm_simple.yaml")),
+                       mix="\n".join(data_rows(REPO / "configs" / "tiny_wedlm_mix.yaml"))) if v4 else ""),
+        lineage=LINEAGE_V4 if v4 else LINEAGE_V3 if continued else LINEAGE_V2,
+        cont_cpu=(" The continued stages had the machine to itself, on 2 threads." if continued else ""),
+        recipe_minutes="" if not continued else (" (the 118-minute recipe plus continued stages)" if v4 else
+                                                 " (the 118-minute recipe plus a continued stage)"),
         minutes=f"{totals['minutes']:.0f}", tokens=f"{totals['tokens'] / 1e6:.1f}M",
         cpu=train_cfg.get("cpu") or "CUDA", tune=tune_line, eval_table=markdown(summary),
         probe="\n".join(probe_rows), end_probe=end_rows, verified_diff=summary.get("verified_differs_from_ar", "n/a"),
@@ -210,6 +220,33 @@ stage (`configs/tiny_wedlm_cont.yaml`, two threads of a quiet machine) on curric
 earlier stages never read, with counting capped at 16,000 records (72% of the answer tokens
 instead of 80%). Both older versions are in git history. `CONTINUE=1 bash recipes/wedlm_tiny.sh`
 reproduces version 3 from an empty `runs/` folder (stages 1-3, export, then stage 4)."""
+
+LINEAGE_V4 = """This is version 4 of the shipped weights. Version 1 (a 2.4M model of the same shape trained on
+synthetic text, CPython stdlib code and chat SFT on a shared, slowed machine) decoded "Count
+from 1 to 200." right only with `ar`/`verified` and scored near 0% on held-out counting and
+arithmetic. Version 2 was retrained from scratch (same tokenizer, same shape) with the official
+mask count per block (`round(gamma * n)`, none when 0), 8 learnable `<|im_end|>` after every
+answer, and the curriculum below: stages 1-3 of the recipe. Version 3 continued it with a fourth
+stage on records the earlier stages never read. Version 3 counted right from any start but did
+not read the end value B from the prompt (it stopped at a constant rate per number). Version 4
+continues version 3 with two WeDLM stages: 1-6-term "Count from A to B." records, on which the
+model learns to read B in a few hundred steps (a step in the AR loss), then a mix that keeps
+those records and brings back every task (docs/training.md, "Stopping at the end value"). The
+older versions are in git history. `V4=1 bash recipes/wedlm_tiny.sh` reproduces version 4 from
+an empty `runs/` folder (stages 1-4, then 5 and 6)."""
+
+DATA_V4 = """
+Stage 5 (`configs/tiny_wedlm_simple.yaml`) reads 1-6-term "Count from A to B." records
+(`python -m wedlm.data.curriculum --out data/stop2 --simple-stop 200000`, train split):
+
+{simple}
+
+Stage 6 (`configs/tiny_wedlm_mix.yaml`) reads the mix written by the `--mix` command in that
+file's header (simple records of 1-6 and 1-15 terms, 2-20-term ranges of every counting form,
+usual counting, arithmetic and list operations; train split):
+
+{mix}
+"""
 
 DATA_CONT = """
 The continued stage reads records 150,000..349,999 (never read before) with at most 16,000

@@ -10,7 +10,11 @@
 #   5. export config.json + model.safetensors + generation_config.json into models/wedlm-tiny
 #   6. only with CONTINUE=1: continued WeDLM training of the exported weights on records the
 #      earlier stages never read, less counting (configs/tiny_wedlm_cont.yaml, 92 min),
-#      exported over models/wedlm-tiny. The shipped v3 weights are stages 1-6 (model card: lineage).
+#      exported over models/wedlm-tiny.
+#   7. only with V4=1 (implies CONTINUE=1): WeDLM training on 1-6-term "Count from A to B." records
+#      until the model reads the end value B (configs/tiny_wedlm_simple.yaml, 25 min), then on a mix
+#      that keeps those records and brings back every task (configs/tiny_wedlm_mix.yaml, 30 min),
+#      exported over models/wedlm-tiny. The model card's lineage says which steps the shipped weights are.
 # Resumable: rerun the same command; finished stages are skipped (their final/ exists) and an
 # interrupted stage continues from its last checkpoint. The run owns both cores: start nothing
 # else meanwhile (tokens/s in runs/wedlm-tiny/*/log.jsonl shows when something does).
@@ -46,8 +50,17 @@ stage ar      $PY -m wedlm.cli.main train --config configs/tiny_ar.yaml
 [ -f "$RUN/ar-wedlm/config.json" ] || stage convert $PY -m wedlm.cli.main convert "$RUN/ar/final" "$RUN/ar-wedlm"
 stage wedlm   $PY -m wedlm.cli.main train --config configs/tiny_wedlm.yaml
 [ -f "$RUN/wedlm-cont/final/config.json" ] || stage export $PY -m wedlm.train.export "$RUN/wedlm/final" "$OUT"
+[ "${V4:-0}" = 1 ] && CONTINUE=1
 if [ "${CONTINUE:-0}" = 1 ]; then
   stage wedlm-cont $PY -m wedlm.cli.main train --config configs/tiny_wedlm_cont.yaml
-  stage export-cont $PY -m wedlm.train.export "$RUN/wedlm-cont/final" "$OUT"
+  [ -f "$RUN/wedlm-mix/final/config.json" ] || stage export-cont $PY -m wedlm.train.export "$RUN/wedlm-cont/final" "$OUT"
+fi
+if [ "${V4:-0}" = 1 ]; then
+  [ -f data/stop2/simple_stop.jsonl ] || stage data-simple $PY -m wedlm.data.curriculum --out data/stop2 --simple-stop 200000
+  [ -f data/widen/v4mix.jsonl ] || stage data-mix $PY -m wedlm.data.curriculum --out data/widen/v4mix.jsonl --mix \
+    '{"seed": 5, "simple": {"6": 30000, "15": 10000}, "short": {"20": 10000}, "replay": {"count": 5000, "addsub": 25000, "listops": 25000}}'
+  stage wedlm-simple $PY -m wedlm.cli.main train --config configs/tiny_wedlm_simple.yaml
+  stage wedlm-mix $PY -m wedlm.cli.main train --config configs/tiny_wedlm_mix.yaml
+  stage export-v4 $PY -m wedlm.train.export "$RUN/wedlm-mix/final" "$OUT"
 fi
 echo "=== recipe done: $OUT"
