@@ -364,8 +364,10 @@ def main(argv: list[str] | None = None) -> None:
             spec = json.loads(a.mix)
         except json.JSONDecodeError as e:
             raise SystemExit(f"--mix must be a JSON object: {e}")
+        if not isinstance(spec, dict):
+            raise SystemExit(f"--mix must be a JSON object, got {type(spec).__name__}")
         unknown = set(spec) - {"simple", "short", "replay", "seed", "demo"}
-        if not isinstance(spec, dict) or unknown:
+        if unknown:
             raise SystemExit(f"--mix: unknown keys {sorted(unknown)}; expected simple, short, replay, seed, demo")
         n = build_mix(a.out, spec.get("simple"), spec.get("short"), spec.get("replay"),
                       a.seed + int(spec.get("seed", 2)), float(spec.get("demo", 0.0)))
