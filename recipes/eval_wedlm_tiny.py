@@ -176,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     if "tasks" not in skip:
         exs = suite.items("test", {"count": args.n_count, "addsub": args.n_addsub, "listops": args.n_listops})
         llm = LLM(model=args.model)
+        summary["precision"] = llm.engine.precision  # bf16 autocast where the CPU has bf16 matrix units
         recs = {dec: suite.run(llm, exs, dec, d["tau"], d["lam"]) for dec in DECODINGS}
         summary["tasks"] = {dec: suite.table(r, "task/op") for dec, r in recs.items()}
         summary["tasks_total"] = {dec: suite.table(r, "task") for dec, r in recs.items()}

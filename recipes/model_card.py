@@ -36,20 +36,66 @@ def stages_run(run: Path) -> list[tuple[str, str, str]]:
     return [s for s in STAGES if (run / s[0] / "final" / "config.json").is_file()]
 
 
+def carried_rows(card: Path) -> dict[str, dict]:
+    """Training-table rows of an earlier card, by stage name: {"row", "tokens", "minutes"}.
+
+    A stage trained in an earlier session whose `runs/` folder is gone keeps its row (steps,
+    tokens, clock, tokens/s, precision, losses) from the card it was first reported in; the
+    conversion row comes back under "convert". Empty when `card` does not exist.
+    """
+    if not card.is_file():
+        return {}
+    by_cfg = {cfg: name for name, _, cfg in STAGES}
+    out: dict[str, dict] = {}
+    for line in card.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 8:
+            continue
+        if cells[0].startswith("conversion"):
+            out["convert"] = {"row": line, "tokens": 0.0, "minutes": float(cells[4].split()[0]) / 60}
+        elif cells[1].strip("`") in by_cfg:
+            out[by_cfg[cells[1].strip("`")]] = {"row": line, "tokens": float(cells[3].rstrip("M")) * 1e6,
+                                               "minutes": float(cells[4].split()[0])}
+    return out
+
+
+def stage_names(run: Path, carried: dict[str, dict]) -> list[str]:
+    """Stages of the shipped weights in recipe order: run here, or carried from the earlier card.
+
+    A carried stage counts only when it comes before every stage run here (the lineage is a chain).
+    """
+    here = {name for name, _, _ in stages_run(run)}
+    first = min((i for i, (name, _, _) in enumerate(STAGES) if name in here), default=len(STAGES))
+    return [name for i, (name, _, _) in enumerate(STAGES) if name in here or (i < first and name in carried)]
+
+
 def read_log(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
-def stage_rows(run: Path) -> tuple[list[str], dict]:
-    """Markdown rows of the training table and totals {minutes, tokens}."""
-    seconds: dict[str, int] = {}
-    for line in (run / "stages.jsonl").read_text().splitlines():
+def stage_rows(run: Path, carried: dict[str, dict] | None = None) -> tuple[list[str], dict]:
+    """Markdown rows of the training table and totals {minutes, tokens}.
+
+    Stages without a folder in `run` take their row from `carried` (see `carried_rows`).
+    """
+    carried = carried or {}
+    seconds: dict[str, float] = {}
+    stages_file = run / "stages.jsonl"
+    for line in (stages_file.read_text().splitlines() if stages_file.is_file() else []):
         rec = json.loads(line)
         seconds[rec["stage"]] = seconds.get(rec["stage"], 0) + rec["seconds"]
     rows = ["| stage | config | steps | tokens (clean) | training clock | tokens/s (mean) | precision | "
             "final losses (mean of last 5 logged steps) |", "|---|---|---|---|---|---|---|---|"]
     total_tokens = 0
-    for name, title, cfg in stages_run(run):
+    here = {name for name, _, _ in stages_run(run)}
+    for name, title, cfg in STAGES:
+        if name not in stage_names(run, carried):
+            continue
+        if name not in here:
+            rows.append(carried[name]["row"])
+            total_tokens += carried[name]["tokens"]
+            seconds[name] = carried[name]["minutes"] * 60
+            continue
         meta = json.loads((run / name / "final" / "config.json").read_text()).get("wedlm_training", {})
         log = read_log(run / name / "log.jsonl")
         tail = log[-5:]
@@ -62,20 +108,24 @@ def stage_rows(run: Path) -> tuple[list[str], dict]:
         precision = "bf16 autocast" if meta.get("precision") == "bf16" else "fp32"
         rows.append(f"| {title} | `{cfg}` | {meta['steps']} | {meta['tokens'] / 1e6:.2f}M | {clock / 60:.1f} min | "
                     f"{meta['tokens'] / max(1, clock):,.0f} | {precision} | {losses} |")
-    rows.append(f"| conversion (`wedlm convert`) | - | - | - | {seconds.get('convert', 0)} s | - | - | - |")
+    if "convert" not in seconds and "convert" in carried:
+        seconds["convert"] = carried["convert"]["minutes"] * 60
+    rows.append(f"| conversion (`wedlm convert`) | - | - | - | {seconds.get('convert', 0):.0f} s | - | - | - |")
     total = sum(v for k, v in seconds.items() if k in {name for name, _, _ in STAGES} | {"convert"})
     rows.append(f"| **total** | | | **{total_tokens / 1e6:.2f}M** | **{total / 60:.1f} min** | | | |")
     return rows, {"minutes": total / 60, "tokens": total_tokens}
 
 
-def learning_curves(run: Path, out: Path) -> str:
-    """plots/learning_curves.png: AR and mask losses against clean tokens seen, both stages."""
+def learning_curves(run: Path, out: Path, offset: float = 0.0) -> str:
+    """plots/learning_curves.png: AR and mask losses against clean tokens seen, every stage in `run`.
+
+    `offset` (clean tokens) is what earlier stages without logs here had seen; the x axis starts there.
+    """
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    offset = 0
     for name, _, _ in stages_run(run):
         log = read_log(run / name / "log.jsonl")
         xs = [(offset + r["tokens"]) / 1e6 for r in log]
@@ -138,15 +188,27 @@ def main(argv: list[str] | None = None) -> int:
     plots.mkdir(exist_ok=True)
     for name in summary.get("plots", []):
         shutil.copyfile(Path(args.eval).parent / name, plots / name)
-    learning_curves(run, plots)
+    carried = carried_rows(model / "README.md")
+    names = set(stage_names(run, carried))
+    here = [name for name, _, _ in stages_run(run)]
+    missing = [name for name, _, _ in STAGES if name in names and name not in here]
+    earlier_curves = ""
+    if missing:  # earlier stages' logs are gone: keep their curves as drawn in the earlier card
+        kept = plots / f"learning_curves_{missing[0]}-{missing[-1]}.png"
+        if (plots / "learning_curves.png").is_file() and not kept.is_file():
+            shutil.copyfile(plots / "learning_curves.png", kept)
+        if kept.is_file():
+            earlier_curves = (f"\n\nStages {', '.join(missing)} (trained in an earlier session; rows and curves "
+                              f"carried from the card of that version):\n\n![learning curves, earlier stages]"
+                              f"(plots/{kept.name})")
+    learning_curves(run, plots, offset=sum(carried[name]["tokens"] for name in missing))
     from wedlm.model import load_model
     n_params = sum(p.numel() for p in load_model(model).parameters())
     size_mb = sum(f.stat().st_size for f in model.rglob("*") if f.is_file()) / 1e6
-    stages, totals = stage_rows(run)
-    names = {name for name, _, _ in stages_run(run)}
+    stages, totals = stage_rows(run, carried)
     continued = "wedlm-cont" in names
     v4 = "wedlm-mix" in names
-    train_cfg = json.loads((run / "wedlm" / "train_config.json").read_text())
+    train_cfg = json.loads((run / here[0] / "train_config.json").read_text())
     tune_line = "not run"
     if tune and not tune.get("best"):
         tune_line = (f"{len(tune['grid'])} settings on the validation split "
@@ -194,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
                                                  " (the 118-minute recipe plus a continued stage)"),
         minutes=f"{totals['minutes']:.0f}", tokens=f"{totals['tokens'] / 1e6:.1f}M",
         cpu=train_cfg.get("cpu") or "CUDA", tune=tune_line, eval_table=markdown(summary),
-        probe="\n".join(probe_rows), end_probe=end_rows, verified_diff=summary.get("verified_differs_from_ar", "n/a"),
+        earlier_curves=earlier_curves, eval_precision=summary.get("precision", "float32 weights"), probe="\n".join(probe_rows), end_probe=end_rows, verified_diff=summary.get("verified_differs_from_ar", "n/a"),
         notes=Path(args.notes).read_text() if args.notes else "")
     (model / "README.md").write_text(card)
     print(f"wrote {model / 'README.md'}")
@@ -317,13 +379,13 @@ weight 1.0 (mask + AR), packed rows of 1024 clean tokens (2048 with the predicti
 rows per step, AdamW (betas 0.9/0.95, weight decay 0.1), gradient clipping 1.0, linear warmup
 and a cosine schedule on wall clock. Prompts are never masked or scored.
 
-![learning curves](plots/learning_curves.png)
+![learning curves](plots/learning_curves.png){earlier_curves}
 
 ## Decoding defaults
 
 `python recipes/tune_decoding.py --write --n count=20,addsub=40,listops=60 --taus 0.1,0.2,0.4,0.6 --lams 0,0.02`: {tune}.
 
-## Evaluation (test split, greedy, the defaults above)
+## Evaluation (test split, greedy, the defaults above; {eval_precision})
 
     python recipes/eval_wedlm_tiny.py --n-count 60 --n-addsub 100 --n-listops 150 --probe-items 20
 

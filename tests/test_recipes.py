@@ -21,3 +21,67 @@ def test_pick_fastest_within_slack_else_closest_to_ar():
     assert (best["tau"], rule) == (0.4, "closest to AR")
     with pytest.raises(ValueError, match="empty grid"):
         pick([])
+
+
+def test_check_items_come_from_the_validation_split_with_the_asked_terms():
+    from recipes.check_wedlm_tiny import count_band, short_up
+    from wedlm.data.curriculum import split_of
+
+    band = count_band(7, 20, 30)
+    assert len(band) == 30
+    for ex in band:
+        terms = ex["answer"].split(", ")
+        assert 7 <= len(terms) <= 20
+        nums = [int(x) for x in terms]
+        down = ex["prompt"].startswith("Count down")
+        low, high = (nums[-1], nums[0]) if down else (nums[0], nums[-1])
+        step = abs(nums[1] - nums[0])
+        assert split_of(f"count:{low}:{high}:{step}" + (":down" if down else "")) == "val"
+    assert {ex["prompt"].startswith("Count down") for ex in band} == {True, False}
+    ups = short_up(40)
+    assert all(ex["prompt"].startswith("Count from ") and 1 <= len(ex["answer"].split(", ")) <= 15 for ex in ups)
+    assert all(split_of(f"count:{ex['answer'].split(', ')[0]}:{ex['answer'].split(', ')[-1]}:1") == "val"
+               for ex in ups)
+    with pytest.raises(ValueError, match="band"):
+        count_band(5, 4, 1)
+
+
+CARD = """## Training
+
+| stage | config | steps | tokens (clean) | training clock | tokens/s (mean) | precision | final losses |
+|---|---|---|---|---|---|---|---|
+| AR training | `configs/tiny_ar.yaml` | 915 | 3.75M | 30.1 min | 2,079 | fp32 | AR 0.130 |
+| WeDLM training | `configs/tiny_wedlm.yaml` | 1083 | 4.44M | 88.1 min | 840 | fp32 | AR 0.076, mask 0.145 |
+| continued | `configs/tiny_wedlm_cont.yaml` | 1871 | 7.66M | 92.0 min | 1,388 | fp32 | AR 0.012, mask 0.036 |
+| conversion (`wedlm convert`) | - | - | - | 6 s | - | - | - |
+| **total** | | | **15.85M** | **210.2 min** | | | |
+"""
+
+
+def test_model_card_carries_rows_of_stages_whose_runs_are_gone(tmp_path):
+    import json
+
+    from recipes.model_card import carried_rows, stage_names, stage_rows
+
+    (tmp_path / "README.md").write_text(CARD)
+    carried = carried_rows(tmp_path / "README.md")
+    assert sorted(carried) == ["ar", "convert", "wedlm", "wedlm-cont"]
+    assert carried["wedlm-cont"]["tokens"] == 7.66e6 and carried["wedlm"]["minutes"] == 88.1
+    run = tmp_path / "run"
+    for name, steps, tokens in (("wedlm-simple", 1000, 4_000_000), ("wedlm-mix", 2000, 8_000_000)):
+        (run / name / "final").mkdir(parents=True)
+        (run / name / "final" / "config.json").write_text(json.dumps(
+            {"wedlm_training": {"steps": steps, "tokens": tokens, "elapsed_s": 1500, "precision": "bf16"}}))
+        (run / name / "log.jsonl").write_text("\n".join(
+            json.dumps({"tokens": tokens, "ar_loss": 0.01, "mask_loss": 0.02}) for _ in range(5)))
+    assert stage_names(run, carried) == ["ar", "wedlm", "wedlm-cont", "wedlm-simple", "wedlm-mix"]
+    rows, totals = stage_rows(run, carried)
+    assert rows[2] == CARD.splitlines()[4]  # the AR row, verbatim
+    assert "| 1000 | 4.00M | 25.0 min | 2,667 | bf16 autocast | AR 0.010, mask 0.020 |" in rows[5]
+    assert "| 6 s |" in rows[7]
+    assert totals["tokens"] == pytest.approx(15.85e6 + 12e6)
+    assert totals["minutes"] == pytest.approx(30.1 + 88.1 + 92.0 + 0.1 + 50.0)
+    # a carried stage after one run here is not part of the chain
+    (run / "ar" / "final").mkdir(parents=True)
+    (run / "ar" / "final" / "config.json").write_text("{}")
+    assert stage_names(run, carried)[:2] == ["ar", "wedlm-simple"]

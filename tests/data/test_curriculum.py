@@ -189,3 +189,32 @@ def test_seed_option_reaches_the_stop_and_mix_files(tmp_path):
     cur.main(["--out", str(tmp_path / "a.jsonl"), "--mix", '{"replay": {"addsub": 5}}', "--seed", "5"])
     cur.main(["--out", str(tmp_path / "b.jsonl"), "--mix", '{"replay": {"addsub": 5}}'])
     assert (tmp_path / "a.jsonl").read_text() != (tmp_path / "b.jsonl").read_text()
+
+
+def test_simple_form_records_cover_down_and_steps_with_few_terms():
+    exs = cur.simple_form_examples(400, max_terms=6)
+    assert len(exs) == 400 and cur.simple_form_examples(400, max_terms=6) == exs
+    steps, downs = set(), 0
+    for ex in exs:
+        values = [int(v) for v in ex["answer"].split(", ")]
+        assert 1 <= len(values) <= 6 and 0 <= min(values) and max(values) <= 1100
+        down = ex["prompt"].startswith("Count down from ")
+        downs += down
+        if len(values) > 1:
+            step = abs(values[1] - values[0])
+            steps.add(step)
+            assert values == list(range(values[0], values[-1] + (-step if down else step), -step if down else step))
+        low, high = min(values), max(values)
+        step = abs(values[1] - values[0]) if len(values) > 1 else None
+        if step is not None:  # the split key of a one-term range does not name its step
+            assert cur.split_of(f"count:{low}:{high}:{step}" + (":down" if down else "")) == "train"
+    assert steps == {1, 2, 5, 10} and 150 < downs < 250
+    with pytest.raises(ValueError, match="max_terms"):
+        cur.simple_form_examples(1, max_terms=0)
+
+
+def test_mix_spec_takes_simple_forms(tmp_path):
+    cur.main(["--out", str(tmp_path / "m.jsonl"), "--mix", '{"simple_forms": {"6": 40}, "replay": {"addsub": 3}}'])
+    recs = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert len(recs) == 43 and sum(r["source"] == "count" for r in recs) == 40
+    assert any(r["messages"][0]["content"].startswith("Count down") for r in recs)

@@ -300,6 +300,33 @@ def simple_count_examples(n: int, seed: int = SEEDS["train"], max_terms: int = 6
     return out
 
 
+def simple_form_examples(n: int, seed: int = SEEDS["train"], max_terms: int = 6) -> list[Example]:
+    """`n` TRAIN-split 1..`max_terms`-term counting examples of every form: up or down (half
+    each), step 1, 2, 5 or 10 (a quarter each), within 0..1100.
+
+    The counterpart of `simple_count_examples` (up, step 1 only) for the forms a model that
+    reads B on simple up ranges still fails: "Count down from B to A." must stop at A, and a
+    stepped range at the last multiple. A stop decision every few numbers, as there.
+
+    Raises:
+        ValueError: `max_terms` < 1.
+    """
+    if max_terms < 1:
+        raise ValueError(f"max_terms must be >= 1, got {max_terms}")
+    rng = random.Random(f"count-simple-forms:{seed}:{max_terms}")
+    out: list[Example] = []
+    while len(out) < n:
+        step = rng.choice((1, 2, 5, 10))
+        terms = rng.randint(1, max_terms)
+        low = rng.randint(0, 1100 - (terms - 1) * step)
+        if step > 1 and rng.random() < 0.7:
+            low -= low % step
+        ex, key = count_example(low, low + (terms - 1) * step, step, down=rng.random() < 0.5)
+        if split_of(key) == "train":
+            out.append(ex)
+    return out
+
+
 def build_stop(out: Path, n_short: int, n_replay: int, seed: int = SEEDS["train"] + 1,
                terms: tuple[int, int] = (3, 10), demo: float = 0.04) -> int:
     """Write stop.jsonl: `n_short` short counting records (`terms` = (min, max) terms, demo
@@ -314,10 +341,13 @@ def build_stop(out: Path, n_short: int, n_replay: int, seed: int = SEEDS["train"
 
 
 def build_mix(out: Path, simple: dict[int, int] | None = None, short: dict[int, int] | None = None,
-              replay: dict[str, int] | None = None, seed: int = SEEDS["train"] + 2, demo: float = 0.0) -> int:
+              replay: dict[str, int] | None = None, seed: int = SEEDS["train"] + 2, demo: float = 0.0,
+              simple_forms: dict[int, int] | None = None) -> int:
     """Write one shuffled TRAIN-split mix to the file `out`; returns records.
 
     `simple` maps max terms -> records of `simple_count_examples` (1..max terms, up, step 1);
+    `simple_forms` maps max terms -> records of `simple_form_examples` (1..max terms, up or
+    down, steps 1/2/5/10);
     `short` maps max terms -> records of `short_count_examples` (2..max terms, every counting
     form, demo range at a share `demo`); `replay` maps task -> records of the usual generators.
     This builds the widening stages after the stop experiments (docs/training.md): the simple
@@ -329,6 +359,8 @@ def build_mix(out: Path, simple: dict[int, int] | None = None, short: dict[int, 
     records = []
     for max_terms, n in (simple or {}).items():
         records += [to_chat(ex) for ex in simple_count_examples(n, seed, int(max_terms))]
+    for max_terms, n in (simple_forms or {}).items():
+        records += [to_chat(ex) for ex in simple_form_examples(n, seed, int(max_terms))]
     for max_terms, n in (short or {}).items():
         records += [to_chat(ex) for ex in short_count_examples(n, seed, int(max_terms), 2, demo)]
     records += train_chat_records(dict(replay or {}), seed)
@@ -366,11 +398,12 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"--mix must be a JSON object: {e}")
         if not isinstance(spec, dict):
             raise SystemExit(f"--mix must be a JSON object, got {type(spec).__name__}")
-        unknown = set(spec) - {"simple", "short", "replay", "seed", "demo"}
+        unknown = set(spec) - {"simple", "simple_forms", "short", "replay", "seed", "demo"}
         if unknown:
-            raise SystemExit(f"--mix: unknown keys {sorted(unknown)}; expected simple, short, replay, seed, demo")
+            raise SystemExit(f"--mix: unknown keys {sorted(unknown)}; "
+                             "expected simple, simple_forms, short, replay, seed, demo")
         n = build_mix(a.out, spec.get("simple"), spec.get("short"), spec.get("replay"),
-                      a.seed + int(spec.get("seed", 2)), float(spec.get("demo", 0.0)))
+                      a.seed + int(spec.get("seed", 2)), float(spec.get("demo", 0.0)), spec.get("simple_forms"))
         print(f"{a.out}: {n} records")
         return
     if a.simple_stop:
