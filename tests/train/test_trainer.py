@@ -36,9 +36,18 @@ def test_ar_and_wedlm_losses_fall(make_cfg, train_env, tmp_path):
     assert last["ar_loss"] < 0.8 * first["ar_loss"]
 
 
-def test_sft_chat_stage_runs(make_cfg, train_env, tmp_path):
-    train(TrainConfig(**make_cfg(tmp_path, data=train_env["chat"], max_steps=3)))
-    assert (tmp_path / "final" / "model.safetensors").is_file()
+def test_sft_chat_stage_runs_and_a_stage_from_it_records_the_lineage(make_cfg, train_env, tmp_path):
+    first = train(TrainConfig(**make_cfg(tmp_path / "one", data=train_env["chat"], max_steps=3)))
+    assert (first / "model.safetensors").is_file()
+    meta = json.loads((first / "config.json").read_text())["wedlm_training"]
+    log = read_log(tmp_path / "one")
+    assert (meta["run"], meta["steps"], meta["lineage"]) == ("one", 3, [])
+    assert meta["tokens"] == log[-1]["tokens"]
+    assert meta["ar_loss"] == pytest.approx(sum(r["ar_loss"] for r in log) / 3, abs=1e-5)
+    second = train(TrainConfig(**make_cfg(tmp_path / "two", data=train_env["chat"], max_steps=2, init=str(first))))
+    meta2 = json.loads((second / "config.json").read_text())["wedlm_training"]
+    assert meta2["run"] == "two" and meta2["steps"] == 2
+    assert meta2["lineage"] == [{k: v for k, v in meta.items() if k != "lineage"}]
 
 
 def test_resume_continues_same_curve(make_cfg, train_env, tmp_path):

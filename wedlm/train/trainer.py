@@ -293,15 +293,42 @@ def stage_done(cfg: TrainConfig, state: dict) -> bool:
     return state["step"] >= cfg.max_steps or state.get("ended_by") == "time"
 
 
+def final_losses(log: Path, last: int = 5) -> dict:
+    """{"ar_loss", "mask_loss"}: means over the last `last` records of a stage's log.jsonl
+    (keys absent from the log, or no log, are left out)."""
+    if not log.is_file():
+        return {}
+    tail = [json.loads(x) for x in log.read_text().splitlines() if x.strip()][-last:]
+    return {k: round(sum(r[k] for r in tail) / len(tail), 5) for k in ("ar_loss", "mask_loss")
+            if tail and all(k in r for r in tail)}
+
+
+def lineage(init: str | None) -> list[dict]:
+    """The training stages behind the checkpoint `init`, oldest first, from its config.json.
+
+    Each finished stage writes its own record (`wedlm_training`) plus the lineage of the weights
+    it started from, so an exported model carries its whole history even after the `runs/`
+    folders of earlier stages are gone. Empty for a random init or a checkpoint without records.
+    """
+    if not init or not (Path(init) / "config.json").is_file():
+        return []
+    meta = json.loads((Path(init) / "config.json").read_text()).get("wedlm_training")
+    if not meta:
+        return []
+    own = {k: v for k, v in meta.items() if k != "lineage"}
+    return [*meta.get("lineage", []), own]
+
+
 def save_final(cfg, accelerator, model, model_config, state) -> None:
     """Write final/ (config.json, model.safetensors, tokenizer files) from the main process."""
     if accelerator.is_main_process:
         final = cfg.run_dir / "final"
         unwrapped = accelerator.unwrap_model(model)
-        extra = {"wedlm_training": {"stage": cfg.stage, "steps": state["step"], "tokens": state["tokens"],
-                                    "elapsed_s": round(state["elapsed_s"]),
-                                    "ended_by": state.get("ended_by", "steps"),
-                                    "precision": state.get("precision", "no")}}
+        record = {"stage": cfg.stage, "run": cfg.run_dir.name, "data": str(cfg.data), "steps": state["step"],
+                  "tokens": state["tokens"], "elapsed_s": round(state["elapsed_s"]),
+                  "ended_by": state.get("ended_by", "steps"), "precision": state.get("precision", "no"),
+                  **final_losses(cfg.run_dir / "log.jsonl")}
+        extra = {"wedlm_training": {**record, "lineage": lineage(cfg.init)}}
         save_model(unwrapped, final, extra)
         for name in TOKENIZER_FILES:
             src = Path(cfg.tokenizer) / name
