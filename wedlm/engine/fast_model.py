@@ -27,9 +27,16 @@ from ..model.qwen import Attention, QwenForCausalLM
 
 
 class FusedRMSNorm(RMSNorm):
-    """RMSNorm as one `F.rms_norm` call (float32 only: identical arithmetic)."""
+    """RMSNorm as one `F.rms_norm` call (float32 only: identical arithmetic).
+
+    Under bf16 autocast the input is bf16 while the weight stays float32: then it normalizes
+    in float32, casts back and multiplies by the weight, as the reference `RMSNorm` does
+    (F.rms_norm with mixed dtypes falls back to an unfused path and warns on every run).
+    """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != self.weight.dtype:
+            return self.weight * F.rms_norm(x.float(), self.weight.shape, None, self.eps).to(x.dtype)
         return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
 
 
