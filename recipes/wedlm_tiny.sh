@@ -12,8 +12,8 @@
 #      earlier stages never read, less counting (configs/tiny_wedlm_cont.yaml, 92 min),
 #      exported over models/wedlm-tiny.
 #   7. only with V4=1 (implies CONTINUE=1): WeDLM training on 1-6-term "Count from A to B." records
-#      until the model reads the end value B (configs/tiny_wedlm_simple.yaml, 25 min), then on a mix
-#      that keeps those records and brings back every task (configs/tiny_wedlm_mix.yaml, 30 min),
+#      until the model reads the end value B (configs/tiny_wedlm_simple.yaml, 420 steps, ~12 min), then on a mix
+#      that keeps those records and brings back every task (configs/tiny_wedlm_mix.yaml, 660 steps, ~18 min; both fp32),
 #      exported over models/wedlm-tiny. The model card's lineage says which steps the shipped weights are.
 # Resumable: rerun the same command; finished stages are skipped (their final/ exists) and an
 # interrupted stage continues from its last checkpoint. The run owns both cores: start nothing
