@@ -42,28 +42,26 @@ def count_band(lo: int, hi: int, n: int) -> list[dict]:
     if lo < 1 or hi < lo:
         raise ValueError(f"band must be 1 <= A <= B, got {lo}-{hi}")
     rng = random.Random(f"check:count:{lo}:{hi}")
-    out: list[dict] = []
-    while len(out) < n:
+
+    def draw() -> tuple[dict, str]:
         step = rng.choice(curriculum.STEPS)
         terms = min(rng.randint(lo, hi), 1100 // step + 1)
         low = rng.randint(0, 1100 - (terms - 1) * step)
-        ex, key = curriculum.count_example(low, low + (terms - 1) * step, step, down=rng.random() < 0.3)
-        if curriculum.split_of(key) == "val":
-            out.append({**ex, "op": "count"})
-    return out
+        return curriculum.count_example(low, low + (terms - 1) * step, step, down=rng.random() < 0.3)
+
+    return curriculum.draw_split(n, draw, "val")
 
 
 def short_up(n: int) -> list[dict]:
     """`n` validation-split "Count from A to B." items of 1..15 terms (step 1, up)."""
     rng = random.Random("check:short-up")
-    out: list[dict] = []
-    while len(out) < n:
+
+    def draw() -> tuple[dict, str]:
         terms = rng.randint(1, 15)
         low = rng.randint(0, 1000 - terms)
-        ex, key = curriculum.count_example(low, low + terms - 1)
-        if curriculum.split_of(key) == "val":
-            out.append(ex)
-    return out
+        return curriculum.count_example(low, low + terms - 1)
+
+    return curriculum.draw_split(n, draw, "val")
 
 
 def with_side_files(model: Path, defaults: Path) -> Path:

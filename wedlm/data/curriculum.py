@@ -188,6 +188,17 @@ GENERATORS: dict[str, Callable[[random.Random], tuple[Example, str]]] = {
 TASKS = tuple(GENERATORS)
 
 
+def draw_split(n: int, draw, split: str = "train") -> list[Example]:
+    """The first `n` examples of `split` among successive `draw()` results ((example, key) pairs);
+    drawn examples of other splits are skipped, so the result never leaks across splits."""
+    out: list[Example] = []
+    while len(out) < n:
+        ex, key = draw()
+        if split_of(key) == split:
+            out.append(ex)
+    return out
+
+
 def examples(task: str, n: int, split: str, seed: int | None = None) -> list[Example]:
     """`n` examples of `task` from `split`, deterministic in (task, split, seed).
 
@@ -199,12 +210,7 @@ def examples(task: str, n: int, split: str, seed: int | None = None) -> list[Exa
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     rng = random.Random(f"{task}:{split}:{SEEDS[split] if seed is None else seed}")
-    out: list[Example] = []
-    while len(out) < n:
-        ex, key = GENERATORS[task](rng)
-        if split_of(key) == split:
-            out.append(ex)
-    return out
+    return draw_split(n, lambda: GENERATORS[task](rng), split)
 
 
 def to_chat(ex: Example) -> dict:
@@ -268,12 +274,7 @@ def short_count_examples(n: int, seed: int = SEEDS["train"], max_terms: int = 10
     # the default settings keep the seed string of the first stop file, so it is rebuilt identically
     name = f"count-short:{seed}:{max_terms}" + ("" if (min_terms, demo) == (3, 0.04) else f":{min_terms}:{demo}")
     rng = random.Random(name)
-    out: list[Example] = []
-    while len(out) < n:
-        ex, key = gen_count(rng, max_terms, min_terms, demo)
-        if split_of(key) == "train":
-            out.append(ex)
-    return out
+    return draw_split(n, lambda: gen_count(rng, max_terms, min_terms, demo))
 
 
 def simple_count_examples(n: int, seed: int = SEEDS["train"], max_terms: int = 6) -> list[Example]:
@@ -290,14 +291,13 @@ def simple_count_examples(n: int, seed: int = SEEDS["train"], max_terms: int = 6
     if max_terms < 1:
         raise ValueError(f"max_terms must be >= 1, got {max_terms}")
     rng = random.Random(f"count-simple:{seed}:{max_terms}")
-    out: list[Example] = []
-    while len(out) < n:
+
+    def draw() -> tuple[Example, str]:
         terms = rng.randint(1, max_terms)
         low = rng.randint(0, 1000 - terms)
-        ex, key = count_example(low, low + terms - 1)
-        if split_of(key) == "train":
-            out.append(ex)
-    return out
+        return count_example(low, low + terms - 1)
+
+    return draw_split(n, draw)
 
 
 def simple_form_examples(n: int, seed: int = SEEDS["train"], max_terms: int = 6) -> list[Example]:
@@ -314,17 +314,16 @@ def simple_form_examples(n: int, seed: int = SEEDS["train"], max_terms: int = 6)
     if max_terms < 1:
         raise ValueError(f"max_terms must be >= 1, got {max_terms}")
     rng = random.Random(f"count-simple-forms:{seed}:{max_terms}")
-    out: list[Example] = []
-    while len(out) < n:
+
+    def draw() -> tuple[Example, str]:
         step = rng.choice((1, 2, 5, 10))
         terms = rng.randint(1, max_terms)
         low = rng.randint(0, 1100 - (terms - 1) * step)
         if step > 1 and rng.random() < 0.7:
             low -= low % step
-        ex, key = count_example(low, low + (terms - 1) * step, step, down=rng.random() < 0.5)
-        if split_of(key) == "train":
-            out.append(ex)
-    return out
+        return count_example(low, low + (terms - 1) * step, step, down=rng.random() < 0.5)
+
+    return draw_split(n, draw)
 
 
 def build_stop(out: Path, n_short: int, n_replay: int, seed: int = SEEDS["train"] + 1,
