@@ -28,7 +28,9 @@ STAGES = [("ar", "AR training from scratch (next-token loss on answers)", "confi
           ("wedlm-simple", "WeDLM training on 1-6-term \"Count from A to B.\" records (reads B; `V4=1`)",
            "configs/tiny_wedlm_simple.yaml"),
           ("wedlm-mix", "WeDLM training on a mix keeping those records, every task back (`V4=1`)",
-           "configs/tiny_wedlm_mix.yaml")]
+           "configs/tiny_wedlm_mix.yaml"),
+          ("wedlm-forms", "WeDLM training on more arithmetic and list operations, short ranges of every "
+           "counting form (`V4=1`)", "configs/tiny_wedlm_forms.yaml")]
 
 
 def stages_run(run: Path) -> list[tuple[str, str, str]]:
@@ -223,6 +225,11 @@ def main(argv: list[str] | None = None) -> int:
         tune_line = (f"{len(tune['grid'])} settings on the validation split ({', '.join(f'{k} {v}' for k, v in tune['n'].items())}"
                      f" items); picked W={b['window']}, tau={b['tau']}, lambda={b['lambda']}: "
                      f"{b['tokens_per_forward']:.2f} tokens/forward; {within}")
+    tune_cmd = "python recipes/tune_decoding.py --write"
+    if tune:  # the command that wrote tune.json, rebuilt from what it records
+        fmt = lambda xs: ",".join(f"{x:g}" for x in sorted(set(xs)))  # noqa: E731
+        tune_cmd += (f" --n {','.join(f'{k}={v}' for k, v in tune['n'].items())}"
+                     f" --taus {fmt(g['tau'] for g in tune['grid'])} --lams {fmt(g['lambda'] for g in tune['grid'])}")
     probe = summary.get("mask_probe", {})
     probe_rows = ["| task | AR head next-token acc | mask acc d=0 | d=3 | d=7 | d=15 | accepted fills | accepted right |",
                   "|---|---|---|---|---|---|---|---|"]
@@ -249,13 +256,18 @@ def main(argv: list[str] | None = None) -> int:
         data_cont=(DATA_CONT.format(rows="\n".join(data_rows(REPO / "configs" / "tiny_wedlm_cont.yaml")))
                    if continued else "") + (DATA_V4.format(
                        simple="\n".join(data_rows(REPO / "configs" / "tiny_wedlm_simple.yaml")),
-                       mix="\n".join(data_rows(REPO / "configs" / "tiny_wedlm_mix.yaml"))) if v4 else ""),
-        can_do=CAN_DO_V4 if v4 else CAN_DO_V3, lineage=LINEAGE_V4 if v4 else LINEAGE_V3 if continued else LINEAGE_V2,
+                       mix="\n".join(data_rows(REPO / "configs" / "tiny_wedlm_mix.yaml")),
+                       forms=DATA_FORMS.format(rows="\n".join(data_rows(REPO / "configs" / "tiny_wedlm_forms.yaml")))
+                       if "wedlm-forms" in names else "") if v4 else ""),
+        can_do=CAN_DO_V4 if v4 else CAN_DO_V3, lineage=LINEAGE_V4.format(
+            forms=(", and a third at a lower learning rate with more arithmetic and list operations and "
+                   "short ranges of every counting form" if "wedlm-forms" in names else ""),
+            v4_stages="5, 6 and 7" if "wedlm-forms" in names else "5 and 6") if v4 else LINEAGE_V3 if continued else LINEAGE_V2,
         cont_cpu=(" The continued stages had the machine to itself, on 2 threads." if continued else ""),
         recipe_minutes="" if not continued else (" (the 118-minute recipe plus continued stages)" if v4 else
                                                  " (the 118-minute recipe plus a continued stage)"),
         minutes=f"{totals['minutes']:.0f}", tokens=f"{totals['tokens'] / 1e6:.1f}M",
-        cpu=train_cfg.get("cpu") or "CUDA", tune=tune_line, eval_table=markdown(summary),
+        cpu=train_cfg.get("cpu") or "CUDA", tune=tune_line, tune_cmd=tune_cmd, eval_table=markdown(summary),
         earlier_curves=earlier_curves, eval_precision=summary.get("precision", "float32 weights"), probe="\n".join(probe_rows), end_probe=end_rows, verified_diff=summary.get("verified_differs_from_ar", "n/a"),
         notes=Path(args.notes).read_text() if args.notes else "")
     (model / "README.md").write_text(card)
@@ -306,11 +318,11 @@ mask count per block (`round(gamma * n)`, none when 0), 8 learnable `<|im_end|>`
 answer, and the curriculum below: stages 1-3 of the recipe. Version 3 continued it with a fourth
 stage on records the earlier stages never read. Version 3 counted right from any start but did
 not read the end value B from the prompt (it stopped at a constant rate per number). Version 4
-continues version 3 with two WeDLM stages: 1-6-term "Count from A to B." records, on which the
+continues version 3 with WeDLM stages: 1-6-term "Count from A to B." records, on which the
 model learns to read B in a few hundred steps (a step in the AR loss), then a mix that keeps
-those records and brings back every task (docs/training.md, "Stopping at the end value"). The
-older versions are in git history. `V4=1 bash recipes/wedlm_tiny.sh` reproduces version 4 from
-an empty `runs/` folder (stages 1-4, then 5 and 6)."""
+those records and brings back every task{forms} (docs/training.md, "Stopping at the end value").
+The older versions are in git history. `V4=1 bash recipes/wedlm_tiny.sh` reproduces version 4
+from an empty `runs/` folder (stages 1-4, then {v4_stages})."""
 
 DATA_V4 = """
 Stage 5 (`configs/tiny_wedlm_simple.yaml`) reads 1-6-term "Count from A to B." records
@@ -323,6 +335,13 @@ file's header (simple records of 1-6 and 1-15 terms, 2-20-term ranges of every c
 usual counting, arithmetic and list operations; train split):
 
 {mix}
+{forms}"""
+
+DATA_FORMS = """
+Stage 7 (`configs/tiny_wedlm_forms.yaml`) reads the mix of that file's header (unseen records:
+more arithmetic and list operations, and 1-6-term ranges of every counting form):
+
+{rows}
 """
 
 DATA_CONT = """
@@ -393,7 +412,7 @@ and a cosine schedule on wall clock. Prompts are never masked or scored.
 
 ## Decoding defaults
 
-`python recipes/tune_decoding.py --write --n count=20,addsub=40,listops=60 --taus 0.1,0.2,0.4,0.6 --lams 0,0.02`: {tune}.
+`{tune_cmd}`: {tune}.
 
 ## Evaluation (test split, greedy, the defaults above; {eval_precision})
 

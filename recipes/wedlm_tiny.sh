@@ -13,7 +13,9 @@
 #      exported over models/wedlm-tiny.
 #   7. only with V4=1 (implies CONTINUE=1): WeDLM training on 1-6-term "Count from A to B." records
 #      until the model reads the end value B (configs/tiny_wedlm_simple.yaml, 420 steps, ~12 min), then on a mix
-#      that keeps those records and brings back every task (configs/tiny_wedlm_mix.yaml, 660 steps, ~18 min; both fp32),
+#      that keeps those records and brings back every task (configs/tiny_wedlm_mix.yaml, 660 steps, ~18 min),
+#      then on unseen records with more arithmetic and list operations and short ranges of every
+#      counting form (configs/tiny_wedlm_forms.yaml, 850 steps, ~24 min; all three fp32),
 #      exported over models/wedlm-tiny. The model card's lineage says which steps the shipped weights are.
 # Resumable: rerun the same command; finished stages are skipped (their final/ exists) and an
 # interrupted stage continues from its last checkpoint. The run owns both cores: start nothing
@@ -53,7 +55,7 @@ stage wedlm   $PY -m wedlm.cli.main train --config configs/tiny_wedlm.yaml
 [ "${V4:-0}" = 1 ] && CONTINUE=1
 if [ "${CONTINUE:-0}" = 1 ]; then
   stage wedlm-cont $PY -m wedlm.cli.main train --config configs/tiny_wedlm_cont.yaml
-  [ -f "$RUN/wedlm-mix/final/config.json" ] || stage export-cont $PY -m wedlm.train.export "$RUN/wedlm-cont/final" "$OUT"
+  [ -f "$RUN/wedlm-simple/final/config.json" ] || stage export-cont $PY -m wedlm.train.export "$RUN/wedlm-cont/final" "$OUT"
 fi
 if [ "${V4:-0}" = 1 ]; then
   [ -f data/stop2/simple_stop.jsonl ] || stage data-simple $PY -m wedlm.data.curriculum --out data/stop2 --simple-stop 200000
@@ -61,6 +63,9 @@ if [ "${V4:-0}" = 1 ]; then
     '{"seed": 5, "simple": {"6": 30000, "15": 10000}, "short": {"20": 10000}, "replay": {"count": 5000, "addsub": 25000, "listops": 25000}}'
   stage wedlm-simple $PY -m wedlm.cli.main train --config configs/tiny_wedlm_simple.yaml
   stage wedlm-mix $PY -m wedlm.cli.main train --config configs/tiny_wedlm_mix.yaml
-  stage export-v4 $PY -m wedlm.train.export "$RUN/wedlm-mix/final" "$OUT"
+  [ -f data/widen/v7mix.jsonl ] || stage data-forms $PY -m wedlm.data.curriculum --out data/widen/v7mix.jsonl --mix \
+    '{"seed": 8, "simple": {"6": 20000, "15": 10000}, "simple_forms": {"6": 20000}, "short": {"20": 10000}, "replay": {"count": 5000, "addsub": 30000, "listops": 30000}}'
+  stage wedlm-forms $PY -m wedlm.cli.main train --config configs/tiny_wedlm_forms.yaml
+  stage export-v4 $PY -m wedlm.train.export "$RUN/wedlm-forms/final" "$OUT"
 fi
 echo "=== recipe done: $OUT"
