@@ -34,8 +34,9 @@ STAGES = [("ar", "AR training from scratch (next-token loss on answers)", "confi
 
 
 def stages_run(run: Path) -> list[tuple[str, str, str]]:
-    """The STAGES whose final checkpoint exists in `run` (the continuation is optional)."""
-    return [s for s in STAGES if (run / s[0] / "final" / "config.json").is_file()]
+    """The STAGES trained in `run`: final checkpoint and log.jsonl (a folder holding only an
+    exported checkpoint, e.g. shipped weights copied in as the next stage's init, does not count)."""
+    return [s for s in STAGES if (run / s[0] / "final" / "config.json").is_file() and (run / s[0] / "log.jsonl").is_file()]
 
 
 def carried_rows(card: Path) -> dict[str, dict]:
@@ -47,17 +48,19 @@ def carried_rows(card: Path) -> dict[str, dict]:
     """
     if not card.is_file():
         return {}
+    import re
+
     by_cfg = {cfg: name for name, _, cfg in STAGES}
     out: dict[str, dict] = {}
-    for line in card.read_text().splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) != 8:
+    for line in card.read_text().splitlines():  # titles hold `<|im_end|>`: match cells, do not split on |
+        if line.startswith("| conversion") and (m := re.search(r"\| (\d+) s \|", line)):
+            out["convert"] = {"row": line, "tokens": 0.0, "minutes": int(m.group(1)) / 60}
             continue
-        if cells[0].startswith("conversion"):
-            out["convert"] = {"row": line, "tokens": 0.0, "minutes": float(cells[4].split()[0]) / 60}
-        elif cells[1].strip("`") in by_cfg:
-            out[by_cfg[cells[1].strip("`")]] = {"row": line, "tokens": float(cells[3].rstrip("M")) * 1e6,
-                                               "minutes": float(cells[4].split()[0])}
+        cfg = re.search(r"\| `(configs/[\w.-]+\.yaml)` \|", line)
+        tokens = re.search(r"\| ([\d.]+)M \| ([\d.]+) min \|", line)
+        if line.startswith("| ") and cfg and tokens and cfg.group(1) in by_cfg:
+            out[by_cfg[cfg.group(1)]] = {"row": line, "tokens": float(tokens.group(1)) * 1e6,
+                                         "minutes": float(tokens.group(2))}
     return out
 
 

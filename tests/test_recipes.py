@@ -51,7 +51,7 @@ CARD = """## Training
 | stage | config | steps | tokens (clean) | training clock | tokens/s (mean) | precision | final losses |
 |---|---|---|---|---|---|---|---|
 | AR training | `configs/tiny_ar.yaml` | 915 | 3.75M | 30.1 min | 2,079 | fp32 | AR 0.130 |
-| WeDLM training | `configs/tiny_wedlm.yaml` | 1083 | 4.44M | 88.1 min | 840 | fp32 | AR 0.076, mask 0.145 |
+| WeDLM training (8 learnable `<|im_end|>`) | `configs/tiny_wedlm.yaml` | 1083 | 4.44M | 88.1 min | 840 | fp32 | AR 0.076, mask 0.145 |
 | continued | `configs/tiny_wedlm_cont.yaml` | 1871 | 7.66M | 92.0 min | 1,388 | fp32 | AR 0.012, mask 0.036 |
 | conversion (`wedlm convert`) | - | - | - | 6 s | - | - | - |
 | **total** | | | **15.85M** | **210.2 min** | | | |
@@ -84,4 +84,6 @@ def test_model_card_carries_rows_of_stages_whose_runs_are_gone(tmp_path):
     # a carried stage after one run here is not part of the chain
     (run / "ar" / "final").mkdir(parents=True)
     (run / "ar" / "final" / "config.json").write_text("{}")
+    assert stage_names(run, carried)[:2] == ["ar", "wedlm"]  # no log.jsonl: an exported copy, not a run
+    (run / "ar" / "log.jsonl").write_text("")
     assert stage_names(run, carried)[:2] == ["ar", "wedlm-simple"]
