@@ -1,9 +1,15 @@
 """Shared fixtures: tiny random checkpoints are written once per session."""
 
+import os
+
 import pytest
 import torch
 
 torch.set_num_threads(1)  # a training job may share the 2 cores; oversubscription collapses OpenMP
+# Exactness tests compare float32 paths token for token; on a CPU with bf16 units the automatic
+# choices would switch to bf16 autocast (its own tests force it with autocast=True / explicit flags).
+# Set here, before any import of wedlm reads it, and inherited by spawned servers and TP workers.
+os.environ.setdefault("WEDLM_CPU_BF16", "0")
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ from this and report the path that ran.
 
 from __future__ import annotations
 
+import os
 import platform
 from pathlib import Path
 
@@ -39,8 +40,22 @@ def cpu_flags(cpuinfo: str | None = None) -> set[str]:
 
 
 def cpu_has_bf16_units(flags: set[str] | None = None) -> bool:
-    """True when the CPU has native bf16 matrix instructions (AMX-BF16 or AVX512-BF16)."""
-    flags = cpu_flags() if flags is None else flags
+    """True when the CPU has native bf16 matrix instructions (AMX-BF16 or AVX512-BF16).
+
+    Without `flags`, the environment variable WEDLM_CPU_BF16 ("0" or "1") overrides the
+    detection from /proc/cpuinfo: "0" keeps every automatic choice (engine autocast, training
+    `mixed_precision: auto`) in float32, e.g. for bit-exact comparisons (the test suite sets it).
+
+    Raises:
+        ValueError: WEDLM_CPU_BF16 set to anything but "0" or "1".
+    """
+    if flags is None:
+        env = os.environ.get("WEDLM_CPU_BF16")
+        if env is not None and env not in ("0", "1"):
+            raise ValueError(f"WEDLM_CPU_BF16 must be '0' or '1', got {env!r}")
+        if env is not None:
+            return env == "1"
+        flags = cpu_flags()
     return any(f in flags for f in BF16_FLAGS)
 
 

@@ -82,3 +82,17 @@ def test_data_skip_reads_only_unseen_records(tmp_path, tok):
     assert any(text_ids[i:i + len(expected)] == expected for i in range(len(text_ids)))
     with pytest.raises(ValueError, match="data_skip"):
         TrainConfig(stage="wedlm", data="x", tokenizer="t", out_dir="o", init="m", data_skip=-1)
+
+
+def test_wedlm_cpu_bf16_overrides_the_detection_only_without_explicit_flags(monkeypatch):
+    from wedlm.hardware import cpu_has_bf16_units, training_precision
+
+    monkeypatch.setenv("WEDLM_CPU_BF16", "1")
+    assert cpu_has_bf16_units() and training_precision("auto", cuda=False) == "bf16"
+    assert not cpu_has_bf16_units({"avx2"})  # explicit flags win
+    monkeypatch.setenv("WEDLM_CPU_BF16", "0")
+    assert not cpu_has_bf16_units() and training_precision("auto", cuda=False) == "no"
+    assert cpu_has_bf16_units({"avx512_bf16"})
+    monkeypatch.setenv("WEDLM_CPU_BF16", "yes")
+    with pytest.raises(ValueError, match="WEDLM_CPU_BF16 must be '0' or '1', got 'yes'"):
+        cpu_has_bf16_units()
