@@ -83,6 +83,8 @@ def stage_rows(run: Path, carried: dict[str, dict] | None = None) -> tuple[list[
 
     Stages without a folder in `run` take their row from `carried` (see `carried_rows`).
     """
+    from wedlm.train.trainer import final_losses  # what the trainer records in final/config.json
+
     carried = carried or {}
     seconds: dict[str, float] = {}
     stages_file = run / "stages.jsonl"
@@ -93,8 +95,9 @@ def stage_rows(run: Path, carried: dict[str, dict] | None = None) -> tuple[list[
             "final losses (mean of last 5 logged steps) |", "|---|---|---|---|---|---|---|---|"]
     total_tokens = 0
     here = {name for name, _, _ in stages_run(run)}
+    names = stage_names(run, carried)
     for name, title, cfg in STAGES:
-        if name not in stage_names(run, carried):
+        if name not in names:
             continue
         if name not in here:
             rows.append(carried[name]["row"])
@@ -102,11 +105,8 @@ def stage_rows(run: Path, carried: dict[str, dict] | None = None) -> tuple[list[
             seconds[name] = carried[name]["minutes"] * 60
             continue
         meta = json.loads((run / name / "final" / "config.json").read_text()).get("wedlm_training", {})
-        log = read_log(run / name / "log.jsonl")
-        tail = log[-5:]
-        ar = sum(r["ar_loss"] for r in tail) / len(tail)
-        mask = sum(r["mask_loss"] for r in tail) / len(tail)
-        losses = f"AR {ar:.3f}" + (f", mask {mask:.3f}" if name != "ar" else "")
+        tail = final_losses(run / name / "log.jsonl")
+        losses = f"AR {tail['ar_loss']:.3f}" + (f", mask {tail['mask_loss']:.3f}" if name != "ar" else "")
         clock = meta["elapsed_s"]
         total_tokens += meta["tokens"]
         seconds[name] = clock

@@ -299,7 +299,7 @@ def final_losses(log: Path, last: int = 5) -> dict:
     if not log.is_file():
         return {}
     tail = [json.loads(x) for x in log.read_text().splitlines() if x.strip()][-last:]
-    return {k: round(sum(r[k] for r in tail) / len(tail), 5) for k in ("ar_loss", "mask_loss")
+    return {k: sum(r[k] for r in tail) / len(tail) for k in ("ar_loss", "mask_loss")
             if tail and all(k in r for r in tail)}
 
 
