@@ -218,3 +218,31 @@ def test_mix_spec_takes_simple_forms(tmp_path):
     recs = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
     assert len(recs) == 43 and sum(r["source"] == "count" for r in recs) == 40
     assert any(r["messages"][0]["content"].startswith("Count down") for r in recs)
+
+
+def test_distractor_records_hold_an_earlier_value_with_the_end_digit():
+    exs = cur.distractor_count_examples(300, max_extra=30)
+    assert len(exs) == 300 and cur.distractor_count_examples(300, max_extra=30) == exs
+    steps = set()
+    for ex in exs:
+        values = [int(v) for v in ex["answer"].split(", ")]
+        step = abs(values[1] - values[0])
+        steps.add(step)
+        period = {1: 10, 2: 5, 5: 2, 10: 1}[step]
+        assert period + 1 <= len(values) <= period + 30 and 0 <= min(values) and max(values) <= 1100
+        # the last-digit shortcut would stop before the end: some earlier value ends like the last
+        assert any(v % 10 == values[-1] % 10 for v in values[:-1])
+        down = ex["prompt"].startswith("Count down from ")
+        key = f"count:{min(values)}:{max(values)}:{step}" + (":down" if down else "")
+        assert cur.split_of(key) == "train"
+    assert steps == {1, 2, 5, 10}
+    with pytest.raises(ValueError, match="max_extra"):
+        cur.distractor_count_examples(1, max_extra=0)
+
+
+def test_mix_spec_takes_distractor(tmp_path):
+    cur.main(["--out", str(tmp_path / "m.jsonl"), "--mix", '{"distractor": {"30": 25}, "replay": {"listops": 2}}'])
+    recs = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert len(recs) == 27 and sum(r["source"] == "count" for r in recs) == 25
+    with pytest.raises(SystemExit, match="distractor"):
+        cur.main(["--out", str(tmp_path / "x.jsonl"), "--mix", '{"distracter": {"30": 1}}'])

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 from pathlib import Path
 from typing import Callable
@@ -326,6 +327,36 @@ def simple_form_examples(n: int, seed: int = SEEDS["train"], max_terms: int = 6)
     return draw_split(n, draw)
 
 
+def distractor_count_examples(n: int, seed: int = SEEDS["train"], max_extra: int = 30) -> list[Example]:
+    """`n` TRAIN-split counting examples of every form (up or down, steps 1/2/5/10) in which an
+    earlier value already ends in the end value's last digit.
+
+    The last digit of a range repeats every `p` = 10 / gcd(step, 10) terms (10 for step 1, 5 for
+    step 2, 2 for step 5, 1 for step 10), so a range of `p` + 1 .. `p` + `max_extra` terms holds at
+    least one value before the end that a "stop when the last digit matches" rule would stop at.
+    That shortcut is what 1-6-term ranges teach (there it is always right): a model trained on
+    them stopped at the first value whose last digit equals B's in 47 of 60 validation ranges of
+    8-40 terms (docs/training.md, "The last-digit shortcut"). Here only all digits decide.
+
+    Raises:
+        ValueError: `max_extra` < 1.
+    """
+    if max_extra < 1:
+        raise ValueError(f"max_extra must be >= 1, got {max_extra}")
+    rng = random.Random(f"count-distractor:{seed}:{max_extra}")
+
+    def draw() -> tuple[Example, str]:
+        step = rng.choice((1, 2, 5, 10))
+        period = 10 // math.gcd(step, 10)
+        terms = rng.randint(period + 1, period + max_extra)
+        low = rng.randint(0, 1100 - (terms - 1) * step)
+        if step > 1 and rng.random() < 0.7:
+            low -= low % step
+        return count_example(low, low + (terms - 1) * step, step, down=rng.random() < 0.5)
+
+    return draw_split(n, draw)
+
+
 def build_stop(out: Path, n_short: int, n_replay: int, seed: int = SEEDS["train"] + 1,
                terms: tuple[int, int] = (3, 10), demo: float = 0.04) -> int:
     """Write stop.jsonl: `n_short` short counting records (`terms` = (min, max) terms, demo
@@ -341,12 +372,14 @@ def build_stop(out: Path, n_short: int, n_replay: int, seed: int = SEEDS["train"
 
 def build_mix(out: Path, simple: dict[int, int] | None = None, short: dict[int, int] | None = None,
               replay: dict[str, int] | None = None, seed: int = SEEDS["train"] + 2, demo: float = 0.0,
-              simple_forms: dict[int, int] | None = None) -> int:
+              simple_forms: dict[int, int] | None = None, distractor: dict[int, int] | None = None) -> int:
     """Write one shuffled TRAIN-split mix to the file `out`; returns records.
 
     `simple` maps max terms -> records of `simple_count_examples` (1..max terms, up, step 1);
     `simple_forms` maps max terms -> records of `simple_form_examples` (1..max terms, up or
     down, steps 1/2/5/10);
+    `distractor` maps max extra terms -> records of `distractor_count_examples` (every form, the
+    end value's last digit seen earlier in the range);
     `short` maps max terms -> records of `short_count_examples` (2..max terms, every counting
     form, demo range at a share `demo`); `replay` maps task -> records of the usual generators.
     This builds the widening stages after the stop experiments (docs/training.md): the simple
@@ -360,6 +393,8 @@ def build_mix(out: Path, simple: dict[int, int] | None = None, short: dict[int, 
         records += [to_chat(ex) for ex in simple_count_examples(n, seed, int(max_terms))]
     for max_terms, n in (simple_forms or {}).items():
         records += [to_chat(ex) for ex in simple_form_examples(n, seed, int(max_terms))]
+    for max_extra, n in (distractor or {}).items():
+        records += [to_chat(ex) for ex in distractor_count_examples(n, seed, int(max_extra))]
     for max_terms, n in (short or {}).items():
         records += [to_chat(ex) for ex in short_count_examples(n, seed, int(max_terms), 2, demo)]
     records += train_chat_records(dict(replay or {}), seed)
@@ -397,12 +432,13 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"--mix must be a JSON object: {e}")
         if not isinstance(spec, dict):
             raise SystemExit(f"--mix must be a JSON object, got {type(spec).__name__}")
-        unknown = set(spec) - {"simple", "simple_forms", "short", "replay", "seed", "demo"}
+        unknown = set(spec) - {"simple", "simple_forms", "distractor", "short", "replay", "seed", "demo"}
         if unknown:
             raise SystemExit(f"--mix: unknown keys {sorted(unknown)}; "
-                             "expected simple, simple_forms, short, replay, seed, demo")
+                             "expected simple, simple_forms, distractor, short, replay, seed, demo")
         n = build_mix(a.out, spec.get("simple"), spec.get("short"), spec.get("replay"),
-                      a.seed + int(spec.get("seed", 2)), float(spec.get("demo", 0.0)), spec.get("simple_forms"))
+                      a.seed + int(spec.get("seed", 2)), float(spec.get("demo", 0.0)), spec.get("simple_forms"),
+                      spec.get("distractor"))
         print(f"{a.out}: {n} records")
         return
     if a.simple_stop:
