@@ -9,6 +9,9 @@ config.json and model.safetensors; the tokenizer and generation_config.json come
 - `count A-B`: `--n` counting items of every form (up, down, steps 1/2/5/10) with A..B terms;
 - `short up`: `--n` x 2 "Count from A to B." items of 1-15 terms (does it read the end value B?);
 - `addsub`, `listops`: `--n` items each of the curriculum's generators.
+Below the table, the `ar` misses of each counting group by kind (`count_miss`): "early at B's last
+digit" (stopped at a right prefix whose last value ends like B: the last-digit shortcut of
+docs/training.md), "early" (another right prefix), "runaway" (no end token), "wrong numbers".
 All items come from the validation split (`wedlm.data.curriculum.split_of`), never from the
 test split the model card reports, so a stage can be judged without touching the test set.
 Takes about 2 minutes on two quiet cores at --n 20.
@@ -22,6 +25,7 @@ import random
 import shutil
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,6 +66,19 @@ def short_up(n: int) -> list[dict]:
         return curriculum.count_example(low, low + terms - 1)
 
     return curriculum.draw_split(n, draw, "val")
+
+
+def count_miss(ex: dict, rec: dict) -> str | None:
+    """None when `rec` (a `curriculum_suite.run` record) answers the counting item `ex` right, else
+    the kind of miss: "early at B's last digit", "early", "runaway" or "wrong numbers"."""
+    if rec["right"]:
+        return None
+    want, got = ex["answer"].split(", "), rec["text"].strip().split(", ")
+    if not rec["stopped"]:
+        return "runaway"
+    if len(got) < len(want) and got == want[:len(got)]:
+        return "early at B's last digit" if got[-1][-1:] == want[-1][-1:] else "early"
+    return "wrong numbers"
 
 
 def with_side_files(model: Path, defaults: Path) -> Path:
@@ -114,6 +131,14 @@ def main(argv: list[str] | None = None) -> int:
         a, w = row["ar"], row["wedlm"]
         print(f"{name:<14} {len(g):>3}  {round(a['accuracy'] * len(g)):>4}/{len(g):<3} {100 * a['stopped']:>6.0f}%  "
               f"{round(w['accuracy'] * len(g)):>7}/{len(g):<3} {100 * w['stopped']:>9.0f}% {w['tokens_per_forward']:>7.2f}")
+    i = 0
+    for name, g in groups.items():
+        if name.startswith("count") or name == "short up":
+            kinds = Counter(count_miss(ex, rec) for ex, rec in zip(g, recs["ar"][i:i + len(g)]))
+            kinds.pop(None, None)
+            table[name]["ar_misses"] = dict(kinds)
+            print(f"ar misses, {name}: " + (", ".join(f"{k} {v}" for k, v in kinds.most_common()) or "none"))
+        i += len(g)
     if args.json:
         Path(args.json).write_text(json.dumps({"model": args.model, "defaults": d, "groups": table}, indent=1) + "\n")
     return 0

@@ -46,6 +46,22 @@ def test_check_items_come_from_the_validation_split_with_the_asked_terms():
         count_band(5, 4, 1)
 
 
+def test_count_miss_names_the_last_digit_shortcut():
+    from recipes.check_wedlm_tiny import count_miss
+
+    ex = {"answer": "544, 545, 546, 547, 548, 549, 550, 551, 552, 553, 554, 555, 556, 557, 558, 559, 560, 561"}
+
+    def rec(text, stopped=True):
+        return {"right": text == ex["answer"], "stopped": stopped, "text": text}
+
+    assert count_miss(ex, rec(ex["answer"])) is None
+    assert count_miss(ex, rec("544, 545, 546, 547, 548, 549, 550, 551")) == "early at B's last digit"
+    assert count_miss(ex, rec("544, 545, 546")) == "early"
+    assert count_miss(ex, rec(ex["answer"] + ", 562", stopped=False)) == "runaway"
+    assert count_miss(ex, rec(ex["answer"] + ", 562")) == "wrong numbers"
+    assert count_miss(ex, rec("544, 546")) == "wrong numbers"
+
+
 CARD = """## Training
 
 | stage | config | steps | tokens (clean) | training clock | tokens/s (mean) | precision | final losses |
