@@ -11,7 +11,8 @@ config.json and model.safetensors; the tokenizer and generation_config.json come
 - `addsub`, `listops`: `--n` items each of the curriculum's generators.
 Below the table, the `ar` misses of each counting group by kind (`count_miss`): "early at B's last
 digit" (stopped at a right prefix whose last value ends like B: the last-digit shortcut of
-docs/training.md), "early" (another right prefix), "runaway" (no end token), "wrong numbers".
+docs/training.md), "early" (another right prefix), "late" (right through B, stopped later),
+"runaway" (no end token), "wrong numbers".
 All items come from the validation split (`wedlm.data.curriculum.split_of`), never from the
 test split the model card reports, so a stage can be judged without touching the test set.
 Takes about 2 minutes on two quiet cores at --n 20.
@@ -70,7 +71,8 @@ def short_up(n: int) -> list[dict]:
 
 def count_miss(ex: dict, rec: dict) -> str | None:
     """None when `rec` (a `curriculum_suite.run` record) answers the counting item `ex` right, else
-    the kind of miss: "early at B's last digit", "early", "runaway" or "wrong numbers"."""
+    the kind of miss: "runaway" (no end token), "early at B's last digit" / "early" (stopped at a
+    right prefix), "late" (right up to B, stopped after it) or "wrong numbers"."""
     if rec["right"]:
         return None
     want, got = ex["answer"].split(", "), rec["text"].strip().split(", ")
@@ -78,6 +80,8 @@ def count_miss(ex: dict, rec: dict) -> str | None:
         return "runaway"
     if len(got) < len(want) and got == want[:len(got)]:
         return "early at B's last digit" if got[-1][-1:] == want[-1][-1:] else "early"
+    if len(got) > len(want) and got[:len(want)] == want:
+        return "late"
     return "wrong numbers"
 
 

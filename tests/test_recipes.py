@@ -58,7 +58,8 @@ def test_count_miss_names_the_last_digit_shortcut():
     assert count_miss(ex, rec("544, 545, 546, 547, 548, 549, 550, 551")) == "early at B's last digit"
     assert count_miss(ex, rec("544, 545, 546")) == "early"
     assert count_miss(ex, rec(ex["answer"] + ", 562", stopped=False)) == "runaway"
-    assert count_miss(ex, rec(ex["answer"] + ", 562")) == "wrong numbers"
+    assert count_miss(ex, rec(ex["answer"] + ", 562")) == "late"
+    assert count_miss(ex, rec("544, 545, 547" + ex["answer"][13:] + ", 562")) == "wrong numbers"
     assert count_miss(ex, rec("544, 546")) == "wrong numbers"
 
 
