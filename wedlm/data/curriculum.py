@@ -301,6 +301,15 @@ def simple_count_examples(n: int, seed: int = SEEDS["train"], max_terms: int = 6
     return draw_split(n, draw)
 
 
+def _any_form_example(rng: random.Random, step: int, terms: int) -> tuple[Example, str]:
+    """A `terms`-term range of `step` within 0..1100 (its start a multiple of `step` 70% of the
+    time when step > 1), counted up or down (half each)."""
+    low = rng.randint(0, 1100 - (terms - 1) * step)
+    if step > 1 and rng.random() < 0.7:
+        low -= low % step
+    return count_example(low, low + (terms - 1) * step, step, down=rng.random() < 0.5)
+
+
 def simple_form_examples(n: int, seed: int = SEEDS["train"], max_terms: int = 6) -> list[Example]:
     """`n` TRAIN-split 1..`max_terms`-term counting examples of every form: up or down (half
     each), step 1, 2, 5 or 10 (a quarter each), within 0..1100.
@@ -318,11 +327,7 @@ def simple_form_examples(n: int, seed: int = SEEDS["train"], max_terms: int = 6)
 
     def draw() -> tuple[Example, str]:
         step = rng.choice((1, 2, 5, 10))
-        terms = rng.randint(1, max_terms)
-        low = rng.randint(0, 1100 - (terms - 1) * step)
-        if step > 1 and rng.random() < 0.7:
-            low -= low % step
-        return count_example(low, low + (terms - 1) * step, step, down=rng.random() < 0.5)
+        return _any_form_example(rng, step, rng.randint(1, max_terms))
 
     return draw_split(n, draw)
 
@@ -348,11 +353,7 @@ def distractor_count_examples(n: int, seed: int = SEEDS["train"], max_extra: int
     def draw() -> tuple[Example, str]:
         step = rng.choice((1, 2, 5, 10))
         period = 10 // math.gcd(step, 10)
-        terms = rng.randint(period + 1, period + max_extra)
-        low = rng.randint(0, 1100 - (terms - 1) * step)
-        if step > 1 and rng.random() < 0.7:
-            low -= low % step
-        return count_example(low, low + (terms - 1) * step, step, down=rng.random() < 0.5)
+        return _any_form_example(rng, step, rng.randint(period + 1, period + max_extra))
 
     return draw_split(n, draw)
 
