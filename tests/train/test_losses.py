@@ -49,3 +49,21 @@ def test_mean_mix_halves_the_sum_and_unknown_mix_is_refused():
     assert torch.isclose(combine(s, 3.0, 2.0, 1.0, "mean"), total / 2)
     with pytest.raises(ValueError, match="mix"):
         combine(s, 3.0, 2.0, 1.0, "avg")
+
+
+def test_first_end_weight_counts_the_stop_decision_w_times():
+    from wedlm.train.losses import first_end_weights
+
+    end = 9
+    labels = torch.tensor([[5, 7, end, end, end, -100], [end, 4, end, -100, 6, end]])
+    w = first_end_weights(labels, end, 10.0)
+    assert w.tolist() == [[1, 1, 10, 1, 1, 1], [10, 1, 10, 1, 1, 10]]
+    is_memory = torch.ones_like(labels, dtype=torch.bool)
+    n = int((labels != -100).sum())
+    logits = torch.randn(n, 10, generator=torch.Generator().manual_seed(3))
+    plain = loss_sums(logits, labels, torch.zeros(2, 6), is_memory)
+    weighted = loss_sums(logits, labels, torch.zeros(2, 6), is_memory, w)
+    ce = F.cross_entropy(logits, labels[labels != -100], reduction="none")
+    first = w[labels != -100] == 10
+    assert torch.isclose(weighted.ar_ce, plain.ar_ce + 9 * ce[first].sum())
+    assert float(weighted.ar_count) == float(plain.ar_count) == n  # the normaliser stays the count

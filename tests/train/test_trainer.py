@@ -83,3 +83,14 @@ def test_two_gloo_processes_match_one(make_cfg, train_env, tmp_path):
     for x, y in zip(a, b):
         assert x["tokens"] == y["tokens"]
         assert abs(x["loss"] - y["loss"]) < 1e-4, (x, y)
+
+
+def test_end_weight_raises_only_the_ar_loss_of_the_stop(make_cfg, train_env, tmp_path):
+    base = dict(data=train_env["chat"], max_steps=1, log_every=1)
+    train(TrainConfig(**make_cfg(tmp_path / "plain", **base)))
+    train(TrainConfig(**make_cfg(tmp_path / "weighted", end_weight=25.0, **base)))
+    plain, weighted = read_log(tmp_path / "plain")[0], read_log(tmp_path / "weighted")[0]
+    assert weighted["mask_loss"] == pytest.approx(plain["mask_loss"], rel=1e-5)
+    assert weighted["ar_loss"] > plain["ar_loss"] * 1.01
+    with pytest.raises(ValueError, match="end_weight"):
+        TrainConfig(**make_cfg(tmp_path / "bad", end_weight=0.0))

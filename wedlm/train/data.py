@@ -36,6 +36,11 @@ def text_documents(texts: list[str], tokenizer, eos_id: int) -> list[Document]:
     return [Document(ids + [eos_id], [True] * (len(ids) + 1)) for ids in encoded]
 
 
+def chat_end_id(tokenizer) -> int | None:
+    """The end token of a chat answer: `<|im_end|>`, else the tokenizer's eos id (None if neither)."""
+    return tokenizer.get_vocab().get("<|im_end|>", tokenizer.eos_token_id)
+
+
 def chat_document(messages: list[dict], tokenizer, end_id: int, learnable_ends: int = 0) -> Document:
     """One conversation: prompt segments unmasked, assistant replies (+ `<|im_end|>`) maskable.
 
@@ -118,6 +123,6 @@ def load_documents(path: str | Path, tokenizer, fmt: str = "auto", limit: int | 
         eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else vocab["<|endoftext|>"]
         return text_documents([r["text"] for r in records], tokenizer, eos)
     if fmt == "chat":
-        end = vocab.get("<|im_end|>", tokenizer.eos_token_id)
+        end = chat_end_id(tokenizer)
         return [chat_document(r["messages"], tokenizer, end, learnable_ends) for r in records]
     raise ValueError(f"unknown data format {fmt!r}; expected 'text', 'chat' or 'auto'")

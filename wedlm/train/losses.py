@@ -33,8 +33,23 @@ def scored_indices(labels: torch.Tensor) -> torch.Tensor:
     return torch.nonzero(labels.reshape(-1) != IGNORE).flatten()
 
 
+def first_end_weights(labels: torch.Tensor, end_id: int, weight: float) -> torch.Tensor:
+    """float32 [N, S]: `weight` where the label is `end_id` and the label before it (same row) is
+    not, i.e. the first end token after an answer, the AR head's decision to stop; 1 elsewhere.
+
+    Args:
+        labels: int64 [N, S] next-token labels of the memory stream (-100 where unscored).
+        end_id: the end token (`<|im_end|>` of chat records).
+        weight: the weight of those slots (> 0).
+    """
+    end = labels == end_id
+    before = torch.zeros_like(end)
+    before[:, 1:] = end[:, :-1]
+    return torch.where(end & ~before, torch.tensor(float(weight)), torch.tensor(1.0)).float()
+
+
 def loss_sums(logits: torch.Tensor, labels: torch.Tensor, loss_weights: torch.Tensor,
-              is_memory: torch.Tensor) -> LossSums:
+              is_memory: torch.Tensor, ar_weights: torch.Tensor | None = None) -> LossSums:
     """Sums of both losses over the scored slots.
 
     Args:
@@ -42,6 +57,9 @@ def loss_sums(logits: torch.Tensor, labels: torch.Tensor, loss_weights: torch.Te
         labels: int64 [N, S] (or flat), -100 where unscored.
         loss_weights: float [N, S], 1/gamma at masked prediction slots (0 elsewhere).
         is_memory: bool [N, S], True on memory-stream slots (their label is the next token).
+        ar_weights: float [N, S] or None: per-slot weights of the AR cross-entropy (e.g.
+            `first_end_weights`); None = 1 everywhere. The AR normaliser stays the number of
+            AR targets, so a weight w counts that slot's loss w times.
     """
     flat = labels.reshape(-1) != IGNORE
     target = labels.reshape(-1)[flat]
@@ -49,9 +67,10 @@ def loss_sums(logits: torch.Tensor, labels: torch.Tensor, loss_weights: torch.Te
     mem = is_memory.reshape(-1)[flat]
     w = loss_weights.reshape(-1)[flat].float()
     pred = ~mem
+    ar_ce = ce[mem] if ar_weights is None else ce[mem] * ar_weights.reshape(-1)[flat][mem].float()
     return LossSums(
         mask_ce=(ce[pred] * w[pred]).sum(), mask_weight=w[pred].sum(),
-        ar_ce=ce[mem].sum(), ar_count=mem.sum().float(),
+        ar_ce=ar_ce.sum(), ar_count=mem.sum().float(),
     )
 
 

@@ -34,8 +34,8 @@ from wedlm.tokenizer import load_tokenizer
 
 from .attention import ChunkedDualStreamAttention
 from .config import TrainConfig
-from .data import load_documents
-from .losses import LossSums, combine, loss_sums, scored_indices
+from .data import chat_end_id, load_documents
+from .losses import LossSums, combine, first_end_weights, loss_sums, scored_indices
 from .masking import DualStreamExample, build_causal, build_dual_stream, collate, draw_masks
 from .packing import Packer
 
@@ -119,14 +119,19 @@ def attention_for(cfg: TrainConfig, batch: DualStreamExample):
                                       block_size=cfg.block_size, chunk=cfg.chunk)
 
 
-def forward_sums(model, cfg: TrainConfig, batch: DualStreamExample, device) -> LossSums:
-    """Forward one micro-batch; logits only at scored slots."""
+def forward_sums(model, cfg: TrainConfig, batch: DualStreamExample, device, end_id: int | None = None) -> LossSums:
+    """Forward one micro-batch; logits only at scored slots. With `cfg.end_weight` != 1 and an
+    `end_id`, the AR loss of the first end token after each answer counts `end_weight` times."""
     batch = DualStreamExample(*(t.to(device) for t in batch))
     idx = scored_indices(batch.labels)
     logits = model(batch.input_ids, batch.position_ids, attention_for(cfg, batch), idx)
     is_memory = torch.zeros_like(batch.labels, dtype=torch.bool)
     is_memory[:, : cfg.seq_len] = True
-    return loss_sums(logits, batch.labels, batch.loss_weights, is_memory)
+    ar_weights = None
+    if cfg.end_weight != 1.0 and end_id is not None:
+        ar_weights = torch.ones_like(batch.loss_weights)
+        ar_weights[:, : cfg.seq_len] = first_end_weights(batch.labels[:, : cfg.seq_len], end_id, cfg.end_weight)
+    return loss_sums(logits, batch.labels, batch.loss_weights, is_memory, ar_weights)
 
 
 class Checkpoints:
@@ -209,13 +214,13 @@ def train(cfg: TrainConfig) -> Path:
         (cfg.run_dir / "train_config.json").write_text(json.dumps(
             {**cfg.to_dict(), "precision_ran": precision, "cpu": cpu_model() if cpu else None}, indent=2))
     state["precision"] = precision
-    run_loop(cfg, accelerator, model, optimizer, packer, mask_id, ckpts, state)
+    run_loop(cfg, accelerator, model, optimizer, packer, mask_id, ckpts, state, chat_end_id(tokenizer))
     if stage_done(cfg, state):
         save_final(cfg, accelerator, model, model_config, state)
     return final
 
 
-def step_once(cfg, accelerator, model, optimizer, packer, mask_id, step, lr) -> dict:
+def step_once(cfg, accelerator, model, optimizer, packer, mask_id, step, lr, end_id=None) -> dict:
     """One optimizer step at learning rate `lr` over all micro-batches; returns global loss statistics."""
     for group in optimizer.param_groups:
         group["lr"] = lr
@@ -229,7 +234,7 @@ def step_once(cfg, accelerator, model, optimizer, packer, mask_id, step, lr) -> 
     for i, batch in enumerate(batches):
         ctx = accelerator.no_sync(model) if i < len(batches) - 1 else _null()
         with ctx, accelerator.autocast():
-            s = forward_sums(model, cfg, batch, accelerator.device)
+            s = forward_sums(model, cfg, batch, accelerator.device, end_id)
             loss = combine(s, total_w, total_ar, cfg.ar_weight, cfg.loss_mix) * world  # DDP averages
         accelerator.backward(loss)
         sums += torch.stack([s.mask_ce.detach(), s.ar_ce.detach()])
@@ -253,7 +258,7 @@ class _null:
         return False
 
 
-def run_loop(cfg, accelerator, model, optimizer, packer, mask_id, ckpts, state) -> None:
+def run_loop(cfg, accelerator, model, optimizer, packer, mask_id, ckpts, state, end_id=None) -> None:
     """Steps from state["step"] to max_steps with logging, checkpoints and the wall-clock guard."""
     log = cfg.run_dir / "log.jsonl"
     bar = tqdm(total=cfg.max_steps, initial=state["step"], disable=not accelerator.is_main_process,
@@ -262,7 +267,7 @@ def run_loop(cfg, accelerator, model, optimizer, packer, mask_id, ckpts, state) 
     first_step = state["step"]
     while not stage_done(cfg, state):
         lr = learning_rate(cfg, state["step"], state["elapsed_s"])
-        stats = step_once(cfg, accelerator, model, optimizer, packer, mask_id, state["step"], lr)
+        stats = step_once(cfg, accelerator, model, optimizer, packer, mask_id, state["step"], lr, end_id)
         state["step"] += 1
         state["tokens"] += stats["tokens"]
         state["elapsed_s"] = start_elapsed + time.time() - start
