@@ -54,3 +54,25 @@ def test_tiny_run_writes_json_markdown_and_plot(tiny_wedlm, tmp_path):
     assert "| W=1 | W=2 | W=16 |" in text and "step/bare ar" in text and "bench_slot_cost.png" in text
     assert f"\n| {tiny_wedlm.name} | " in text and str(tiny_wedlm) not in text  # folders by their last part
     assert paths["plot"].stat().st_size > 0
+
+
+def test_precision_table_and_plot_side_by_side(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "slot_cost_precisions", Path(__file__).resolve().parents[2] / "benchmarks" / "slot_cost_precisions.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for label, ms in (("a", {"1": 10.0, "2": 12.0, "16": 20.0, "64": 40.0}), ("b", {"1": 8.0, "2": 6.0, "16": 10.0})):
+        (tmp_path / label).mkdir()
+        (tmp_path / label / "slot_cost.json").write_text(json.dumps({"config": {"prefix": 512}, "machine_line": "cpu",
+                                                                    "rows": [{"model": "random-40m", "mode": "eager", "ms": ms}]}))
+    runs = mod.load([f"fp32={tmp_path / 'a'}", f"bf16={tmp_path / 'b'}"])
+    rows = mod.table(runs).splitlines()[2:]
+    assert rows == ["| random-40m | fp32 | eager | 10.00 | 12.00 | 20.00 | 40.00 | 2.00x | 2.00x |",
+                    "| random-40m | bf16 | eager | 8.00 | 6.00 | 10.00 | - | 1.25x | 1.00x |"]
+    mod.plot(runs, tmp_path / "p.png")
+    assert (tmp_path / "p.png").stat().st_size > 1000
+    with pytest.raises(SystemExit, match="LABEL=DIR"):
+        mod.load(["nolabel"])
