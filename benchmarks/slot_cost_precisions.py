@@ -57,7 +57,8 @@ def table(runs: list[tuple[str, dict]]) -> str:
                 cells = [f"{ms[w]:.2f}" if w in ms else "-" for w in ("1", "2", "16", "64")]
                 ratio = f"{ms['16'] / ms['1']:.2f}x" if "16" in ms and "1" in ms else "-"
                 vs_first = f"{ms['16'] / ref:.2f}x" if ref and "16" in ms else "-"
-                lines.append(f"| {model_label(model)} | {label} | {r['mode']} | {' | '.join(cells)} | {ratio} | {vs_first} |")
+                lines.append(f"| {model_label(model)} | {label} | {r['mode']} | {' | '.join(cells)} | {ratio} "
+                             f"| {vs_first} |")
     return "\n".join(lines)
 
 

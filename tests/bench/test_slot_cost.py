@@ -66,8 +66,9 @@ def test_precision_table_and_plot_side_by_side(tmp_path):
     spec.loader.exec_module(mod)
     for label, ms in (("a", {"1": 10.0, "2": 12.0, "16": 20.0, "64": 40.0}), ("b", {"1": 8.0, "2": 6.0, "16": 10.0})):
         (tmp_path / label).mkdir()
-        (tmp_path / label / "slot_cost.json").write_text(json.dumps({"config": {"prefix": 512}, "machine_line": "cpu",
-                                                                    "rows": [{"model": "random-40m", "mode": "eager", "ms": ms}]}))
+        row = {"model": "random-40m", "mode": "eager", "ms": ms}
+        (tmp_path / label / "slot_cost.json").write_text(
+            json.dumps({"config": {"prefix": 512}, "machine_line": "cpu", "rows": [row]}))
     runs = mod.load([f"fp32={tmp_path / 'a'}", f"bf16={tmp_path / 'b'}"])
     rows = mod.table(runs).splitlines()[2:]
     assert rows == ["| random-40m | fp32 | eager | 10.00 | 12.00 | 20.00 | 40.00 | 2.00x | 2.00x |",

@@ -310,6 +310,18 @@ def _any_form_example(rng: random.Random, step: int, terms: int) -> tuple[Exampl
     return count_example(low, low + (terms - 1) * step, step, down=rng.random() < 0.5)
 
 
+def _form_examples(n: int, seed_name: str, terms: Callable[[random.Random, int], int]) -> list[Example]:
+    """`n` TRAIN-split examples of every form: per draw a step of 1/2/5/10 (a quarter each), then
+    `terms(rng, step)` terms, then `_any_form_example`; `seed_name` seeds the draws."""
+    rng = random.Random(seed_name)
+
+    def draw() -> tuple[Example, str]:
+        step = rng.choice((1, 2, 5, 10))
+        return _any_form_example(rng, step, terms(rng, step))
+
+    return draw_split(n, draw)
+
+
 def simple_form_examples(n: int, seed: int = SEEDS["train"], max_terms: int = 6) -> list[Example]:
     """`n` TRAIN-split 1..`max_terms`-term counting examples of every form: up or down (half
     each), step 1, 2, 5 or 10 (a quarter each), within 0..1100.
@@ -323,13 +335,7 @@ def simple_form_examples(n: int, seed: int = SEEDS["train"], max_terms: int = 6)
     """
     if max_terms < 1:
         raise ValueError(f"max_terms must be >= 1, got {max_terms}")
-    rng = random.Random(f"count-simple-forms:{seed}:{max_terms}")
-
-    def draw() -> tuple[Example, str]:
-        step = rng.choice((1, 2, 5, 10))
-        return _any_form_example(rng, step, rng.randint(1, max_terms))
-
-    return draw_split(n, draw)
+    return _form_examples(n, f"count-simple-forms:{seed}:{max_terms}", lambda rng, step: rng.randint(1, max_terms))
 
 
 def distractor_count_examples(n: int, seed: int = SEEDS["train"], max_extra: int = 30) -> list[Example]:
@@ -348,14 +354,11 @@ def distractor_count_examples(n: int, seed: int = SEEDS["train"], max_extra: int
     """
     if max_extra < 1:
         raise ValueError(f"max_extra must be >= 1, got {max_extra}")
-    rng = random.Random(f"count-distractor:{seed}:{max_extra}")
-
-    def draw() -> tuple[Example, str]:
-        step = rng.choice((1, 2, 5, 10))
+    def terms(rng: random.Random, step: int) -> int:
         period = 10 // math.gcd(step, 10)
-        return _any_form_example(rng, step, rng.randint(period + 1, period + max_extra))
+        return rng.randint(period + 1, period + max_extra)
 
-    return draw_split(n, draw)
+    return _form_examples(n, f"count-distractor:{seed}:{max_extra}", terms)
 
 
 def build_stop(out: Path, n_short: int, n_replay: int, seed: int = SEEDS["train"] + 1,
