@@ -20,7 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from wedlm.bench.slot_cost import model_label  # noqa: E402
+from wedlm.bench.plots import _plt  # noqa: E402
+from wedlm.bench.slot_cost import draw_curve, model_label, style_axis  # noqa: E402
 
 
 def load(specs: list[str]) -> list[tuple[str, dict]]:
@@ -64,25 +65,15 @@ def table(runs: list[tuple[str, dict]]) -> str:
 
 def plot(runs: list[tuple[str, dict]], path: Path) -> None:
     """ms per forward against W (log-2 x), one panel per model, one line per precision."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _plt()
     models = list(dict.fromkeys(r["model"] for r in runs[0][1]["rows"]))
     fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.6))
     for ax, model in zip(axes if len(models) > 1 else [axes], models):
         for i, (label, res) in enumerate(runs):
             for r in res["rows"]:
                 if r["model"] == model:
-                    xs = sorted(int(w) for w in r["ms"])
-                    ax.plot(xs, [r["ms"][str(w)] for w in xs], marker="o", color=f"C{i}",
-                            linestyle="-" if r["mode"] == "eager" else "--", label=f"{label} ({r['mode']})")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("window slots W per forward")
-        ax.set_ylabel("ms per forward")
-        ax.set_title(model_label(model), fontsize=9)
-        ax.legend(fontsize=7)
+                    draw_curve(ax, r, f"C{i}", f"{label} ({r['mode']})")
+        style_axis(ax, model_label(model), fontsize=9)
     prefix = runs[0][1]["config"]["prefix"]
     fig.suptitle(f"Slot cost over a {prefix}-token cached prefix: {runs[0][1].get('machine_line', '')[:60]}",
                  fontsize=8)

@@ -295,6 +295,23 @@ def _overhead(row: dict, decoding: str) -> str:
     return f"{found['overhead']:.2f}x ({found['step_ms']:.2f} ms)"
 
 
+def draw_curve(ax, row: dict, color: str, label: str) -> None:
+    """One slot-cost row on a matplotlib axis: ms per forward against W, solid when eager,
+    dashed when compiled."""
+    xs = sorted(int(w) for w in row["ms"])
+    ax.plot(xs, [row["ms"][str(w)] for w in xs], marker="o", color=color,
+            linestyle="-" if row["mode"] == "eager" else "--", label=label)
+
+
+def style_axis(ax, title: str, **title_kw) -> None:
+    """Log-2 W axis, axis labels, `title`, small legend: the look of every slot-cost plot."""
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("window slots W per forward")
+    ax.set_ylabel("ms per forward")
+    ax.set_title(title, **title_kw)
+    ax.legend(fontsize=7)
+
+
 def plot(result: dict, path: Path) -> None:
     """ms per forward against slot count (log-2 x axis), one line per model and path."""
     from .plots import _plt
@@ -302,14 +319,8 @@ def plot(result: dict, path: Path) -> None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for i, r in enumerate(result["rows"]):
-        xs = sorted(int(w) for w in r["ms"])
-        ax.plot(xs, [r["ms"][str(w)] for w in xs], marker="o", color=f"C{i // 2 % 10}",
-                linestyle="-" if r["mode"] == "eager" else "--", label=f"{model_label(r['model'])} ({r['mode']})")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("window slots W per forward")
-    ax.set_ylabel("ms per forward")
-    ax.set_title(f"Slot cost over a {result['config']['prefix']}-token cached prefix")
-    ax.legend(fontsize=7)
+        draw_curve(ax, r, f"C{i // 2 % 10}", f"{model_label(r['model'])} ({r['mode']})")
+    style_axis(ax, f"Slot cost over a {result['config']['prefix']}-token cached prefix")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

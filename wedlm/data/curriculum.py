@@ -354,6 +354,7 @@ def distractor_count_examples(n: int, seed: int = SEEDS["train"], max_extra: int
     """
     if max_extra < 1:
         raise ValueError(f"max_extra must be >= 1, got {max_extra}")
+
     def terms(rng: random.Random, step: int) -> int:
         period = 10 // math.gcd(step, 10)
         return rng.randint(period + 1, period + max_extra)

@@ -36,6 +36,7 @@ def scored_indices(labels: torch.Tensor) -> torch.Tensor:
 def first_end_weights(labels: torch.Tensor, end_id: int, weight: float) -> torch.Tensor:
     """float32 [N, S]: `weight` where the label is `end_id` and the label before it (same row) is
     not, i.e. the first end token after an answer, the AR head's decision to stop; 1 elsewhere.
+    Not in the paper: the `end_weight` knob of the stopping experiments (docs/training.md).
 
     Args:
         labels: int64 [N, S] next-token labels of the memory stream (-100 where unscored).
@@ -45,7 +46,7 @@ def first_end_weights(labels: torch.Tensor, end_id: int, weight: float) -> torch
     end = labels == end_id
     before = torch.zeros_like(end)
     before[:, 1:] = end[:, :-1]
-    return torch.where(end & ~before, torch.tensor(float(weight)), torch.tensor(1.0)).float()
+    return torch.where(end & ~before, float(weight), 1.0).float()
 
 
 def loss_sums(logits: torch.Tensor, labels: torch.Tensor, loss_weights: torch.Tensor,
