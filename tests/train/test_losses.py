@@ -67,3 +67,19 @@ def test_first_end_weight_counts_the_stop_decision_w_times():
     first = w[labels != -100] == 10
     assert torch.isclose(weighted.ar_ce, plain.ar_ce + 9 * ce[first].sum())
     assert float(weighted.ar_count) == float(plain.ar_count) == n  # the normaliser stays the count
+
+
+def test_mask_weights_count_end_targets_w_times_and_keep_the_normaliser():
+    end = 9
+    labels = torch.tensor([[3, end, end, 4, -100, end]])
+    is_memory = torch.tensor([[True, True, False, False, False, False]])
+    loss_weights = torch.tensor([[0.0, 0.0, 2.0, 2.0, 0.0, 4.0]])
+    factors = torch.where((labels == end) & ~is_memory, 5.0, 1.0)
+    n = int((labels != -100).sum())
+    logits = torch.randn(n, 10, generator=torch.Generator().manual_seed(4))
+    plain = loss_sums(logits, labels, loss_weights, is_memory)
+    weighted = loss_sums(logits, labels, loss_weights, is_memory, mask_weights=factors)
+    ce = F.cross_entropy(logits, labels[labels != -100], reduction="none")  # slots 0, 1, 2, 3, 5
+    assert torch.isclose(weighted.mask_ce, plain.mask_ce + 4 * (2.0 * ce[2] + 4.0 * ce[4]))
+    assert float(weighted.mask_weight) == float(plain.mask_weight) == 8.0
+    assert torch.equal(weighted.ar_ce, plain.ar_ce)  # the memory stream's end target is untouched

@@ -94,3 +94,14 @@ def test_end_weight_raises_only_the_ar_loss_of_the_stop(make_cfg, train_env, tmp
     assert weighted["ar_loss"] > plain["ar_loss"] * 1.01
     with pytest.raises(ValueError, match="end_weight"):
         TrainConfig(**make_cfg(tmp_path / "bad", end_weight=0.0))
+
+
+def test_mask_end_weight_raises_only_the_mask_loss(make_cfg, train_env, tmp_path):
+    base = dict(data=train_env["chat"], max_steps=1, log_every=1)
+    train(TrainConfig(**make_cfg(tmp_path / "plain", **base)))
+    train(TrainConfig(**make_cfg(tmp_path / "weighted", mask_end_weight=25.0, **base)))
+    plain, weighted = read_log(tmp_path / "plain")[0], read_log(tmp_path / "weighted")[0]
+    assert weighted["ar_loss"] == pytest.approx(plain["ar_loss"], rel=1e-5)
+    assert weighted["mask_loss"] > plain["mask_loss"] * 1.01
+    with pytest.raises(ValueError, match="mask_end_weight"):
+        TrainConfig(**make_cfg(tmp_path / "bad", mask_end_weight=-1.0))

@@ -44,6 +44,7 @@ class TrainConfig:
     loss_mix: str = "sum"  # "sum": mask + ar_weight * AR; "mean": (mask + ar_weight * AR) / 2 (official)
     num_learnable_im_end: int = 8  # chat data: scored <|im_end|> tokens after each answer (official default 8)
     end_weight: float = 1.0  # AR loss weight of the first <|im_end|> after an answer (the stop decision); 1 = official
+    mask_end_weight: float = 1.0  # mask loss weight of masked slots whose target is <|im_end|>; 1 = official
     lr: float = 1e-3
     min_lr: float = 1e-4
     warmup_steps: int = 50
@@ -75,6 +76,8 @@ class TrainConfig:
             raise ValueError(f"num_learnable_im_end must be >= 0, got {self.num_learnable_im_end}")
         if not self.end_weight > 0:
             raise ValueError(f"end_weight must be > 0, got {self.end_weight}")
+        if not self.mask_end_weight > 0:
+            raise ValueError(f"mask_end_weight must be > 0, got {self.mask_end_weight}")
         if self.data_skip < 0:
             raise ValueError(f"data_skip must be >= 0, got {self.data_skip}")
         if self.attention not in ATTENTION:

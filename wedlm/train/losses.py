@@ -50,7 +50,8 @@ def first_end_weights(labels: torch.Tensor, end_id: int, weight: float) -> torch
 
 
 def loss_sums(logits: torch.Tensor, labels: torch.Tensor, loss_weights: torch.Tensor,
-              is_memory: torch.Tensor, ar_weights: torch.Tensor | None = None) -> LossSums:
+              is_memory: torch.Tensor, ar_weights: torch.Tensor | None = None,
+              mask_weights: torch.Tensor | None = None) -> LossSums:
     """Sums of both losses over the scored slots.
 
     Args:
@@ -61,6 +62,9 @@ def loss_sums(logits: torch.Tensor, labels: torch.Tensor, loss_weights: torch.Te
         ar_weights: float [N, S] or None: per-slot weights of the AR cross-entropy (e.g.
             `first_end_weights`); None = 1 everywhere. The AR normaliser stays the number of
             AR targets, so a weight w counts that slot's loss w times.
+        mask_weights: float [N, S] or None: extra per-slot factors of the mask cross-entropy on
+            top of `loss_weights` (e.g. `mask_end_weight` on end-token targets); the mask
+            normaliser stays the sum of `loss_weights`, so a factor w counts that slot w times.
     """
     flat = labels.reshape(-1) != IGNORE
     target = labels.reshape(-1)[flat]
@@ -68,9 +72,12 @@ def loss_sums(logits: torch.Tensor, labels: torch.Tensor, loss_weights: torch.Te
     mem = is_memory.reshape(-1)[flat]
     w = loss_weights.reshape(-1)[flat].float()
     pred = ~mem
+    mask_ce = ce[pred] * w[pred]
+    if mask_weights is not None:
+        mask_ce = mask_ce * mask_weights.reshape(-1)[flat][pred].float()
     ar_ce = ce[mem] if ar_weights is None else ce[mem] * ar_weights.reshape(-1)[flat][mem].float()
     return LossSums(
-        mask_ce=(ce[pred] * w[pred]).sum(), mask_weight=w[pred].sum(),
+        mask_ce=mask_ce.sum(), mask_weight=w[pred].sum(),
         ar_ce=ar_ce.sum(), ar_count=mem.sum().float(),
     )
 

@@ -120,8 +120,9 @@ def attention_for(cfg: TrainConfig, batch: DualStreamExample):
 
 
 def forward_sums(model, cfg: TrainConfig, batch: DualStreamExample, device, end_id: int | None = None) -> LossSums:
-    """Forward one micro-batch; logits only at scored slots. With `cfg.end_weight` != 1 and an
-    `end_id`, the AR loss of the first end token after each answer counts `end_weight` times."""
+    """Forward one micro-batch; logits only at scored slots. With an `end_id`: the AR loss of
+    the first end token after each answer counts `cfg.end_weight` times, and the mask loss of
+    every masked slot whose target is the end token `cfg.mask_end_weight` times."""
     batch = DualStreamExample(*(t.to(device) for t in batch))
     idx = scored_indices(batch.labels)
     logits = model(batch.input_ids, batch.position_ids, attention_for(cfg, batch), idx)
@@ -131,7 +132,10 @@ def forward_sums(model, cfg: TrainConfig, batch: DualStreamExample, device, end_
     if cfg.end_weight != 1.0 and end_id is not None:
         ar_weights = torch.ones_like(batch.loss_weights)
         ar_weights[:, : cfg.seq_len] = first_end_weights(batch.labels[:, : cfg.seq_len], end_id, cfg.end_weight)
-    return loss_sums(logits, batch.labels, batch.loss_weights, is_memory, ar_weights)
+    mask_weights = None
+    if cfg.mask_end_weight != 1.0 and end_id is not None:
+        mask_weights = torch.where((batch.labels == end_id) & ~is_memory, float(cfg.mask_end_weight), 1.0)
+    return loss_sums(logits, batch.labels, batch.loss_weights, is_memory, ar_weights, mask_weights)
 
 
 class Checkpoints:
