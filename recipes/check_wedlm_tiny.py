@@ -15,6 +15,11 @@ docs/training.md), "early" (another right prefix), "late" (right through B, stop
 "runaway" (no end token), "wrong numbers".
 All items come from the validation split (`wedlm.data.curriculum.split_of`), never from the
 test split the model card reports, so a stage can be judged without touching the test set.
+Then, teacher-forced on the same counting items (`stop_probe`), the probability of `<|im_end|>`
+right after each value of the right answer, from the AR head (next-token logits of the value's
+last digit) and from a [MASK] slot placed after it (the slot that decides the stop under
+`wedlm`), averaged separately over B, over earlier values ending like B (where the last-digit
+shortcut would stop), and over the other values: a model that reads B has high / low / low.
 Takes about 2 minutes on two quiet cores at --n 20.
 """
 
@@ -85,6 +90,50 @@ def count_miss(ex: dict, rec: dict) -> str | None:
     return "wrong numbers"
 
 
+def stop_probe(model_dir: Path, items: list[dict]) -> dict[str, dict[str, float]]:
+    """Teacher-forced P(`<|im_end|>`) after each value of the right answers of counting `items`.
+
+    For each prefix "prompt + v1, ..., vk" two readings: `ar`, the AR head's next-token
+    distribution at vk's last token; `mask`, a [MASK] slot at the next logical position, the
+    slot that decides the stop under `wedlm` decoding (W=1, distance 0). Values are grouped as
+    "at B" (the last value), "ending like B" (earlier values with B's last digit) and "other".
+
+    Returns:
+        {group: {"n": count, "ar": mean P, "mask": mean P, "ar>0.5": share above 0.5,
+        "mask>0.5": share}}, float32 probabilities, one greedy-free forward per prefix.
+    """
+    import torch
+    from transformers import AutoTokenizer
+
+    from wedlm.model.attention import DenseAttention
+    from wedlm.model.loader import load_model
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    model = load_model(model_dir).eval()
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    mask_id = model.config.mask_token_id
+    probs: dict[str, dict[str, list[float]]] = {}
+    for ex in items:
+        prompt = tok.apply_chat_template([{"role": "user", "content": ex["prompt"]}], tokenize=False,
+                                         add_generation_prompt=True)
+        ids = tok(prompt, add_special_tokens=False)["input_ids"]
+        values = ex["answer"].split(", ")
+        for k, v in enumerate(values):
+            ids = ids + tok((", " if k else "") + v, add_special_tokens=False)["input_ids"]
+            group = "at B" if k == len(values) - 1 else ("ending like B" if v[-1] == values[-1][-1] else "other")
+            x = torch.tensor([ids + [mask_id]])
+            with torch.no_grad():
+                p = model(x, torch.arange(x.shape[1])[None], DenseAttention(), torch.tensor([len(ids) - 1, len(ids)]))
+            p = p.float().softmax(-1)[:, end].tolist()
+            g = probs.setdefault(group, {"ar": [], "mask": []})
+            g["ar"].append(p[0])
+            g["mask"].append(p[1])
+    return {name: {"n": len(g["ar"]), "ar": sum(g["ar"]) / len(g["ar"]), "mask": sum(g["mask"]) / len(g["mask"]),
+                   "ar>0.5": sum(q > 0.5 for q in g["ar"]) / len(g["ar"]),
+                   "mask>0.5": sum(q > 0.5 for q in g["mask"]) / len(g["mask"])}
+            for name, g in probs.items()}
+
+
 def with_side_files(model: Path, defaults: Path) -> Path:
     """`model` itself when it has every side file, else a temporary copy with the missing ones."""
     if all((model / f).is_file() for f in SIDE_FILES):
@@ -143,6 +192,13 @@ def main(argv: list[str] | None = None) -> int:
             table[name]["ar_misses"] = dict(kinds)
             print(f"ar misses, {name}: " + (", ".join(f"{k} {v}" for k, v in kinds.most_common()) or "none"))
         i += len(g)
+    print("teacher-forced P(<|im_end|>) after a value, AR head / mask slot (share > 0.5):")
+    for name, g in groups.items():
+        if name.startswith("count") or name == "short up":
+            probe = stop_probe(model, g)
+            table[name]["stop_probe"] = probe
+            print(f"  {name}: " + "; ".join(f"{k} {v['ar']:.2f} / {v['mask']:.2f} ({v['ar>0.5']:.0%} / {v['mask>0.5']:.0%})"
+                                         for k, v in sorted(probe.items())))
     if args.json:
         Path(args.json).write_text(json.dumps({"model": args.model, "defaults": d, "groups": table}, indent=1) + "\n")
     return 0

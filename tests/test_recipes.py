@@ -104,3 +104,29 @@ def test_model_card_carries_rows_of_stages_whose_runs_are_gone(tmp_path):
     assert stage_names(run, carried)[:2] == ["ar", "wedlm"]  # no log.jsonl: an exported copy, not a run
     (run / "ar" / "log.jsonl").write_text("")
     assert stage_names(run, carried)[:2] == ["ar", "wedlm-simple"]
+
+
+def test_stop_probe_groups_values_and_reads_both_heads(tiny_wedlm):
+    import torch
+    from transformers import AutoTokenizer
+
+    from recipes.check_wedlm_tiny import stop_probe
+    from wedlm.data.curriculum import count_example
+    from wedlm.model.attention import DenseAttention
+    from wedlm.model.loader import load_model
+
+    ex, _ = count_example(8, 21)  # 8..21: B = 21, 11 ends like B, 12 others
+    probe = stop_probe(tiny_wedlm, [ex])
+    assert {k: v["n"] for k, v in probe.items()} == {"at B": 1, "ending like B": 1, "other": 12}
+    # "at B" equals a direct forward of the whole answer (+ one [MASK] for the mask reading)
+    tok = AutoTokenizer.from_pretrained(str(tiny_wedlm))
+    model = load_model(tiny_wedlm).eval()
+    prompt = tok.apply_chat_template([{"role": "user", "content": ex["prompt"]}], tokenize=False,
+                                     add_generation_prompt=True)
+    ids = tok(prompt + ex["answer"], add_special_tokens=False)["input_ids"] + [model.config.mask_token_id]
+    with torch.no_grad():
+        logits = model(torch.tensor([ids]), torch.arange(len(ids))[None], DenseAttention())[0]
+    p = logits.float().softmax(-1)[:, tok.convert_tokens_to_ids("<|im_end|>")]
+    assert probe["at B"]["ar"] == pytest.approx(float(p[-2]), abs=1e-5)
+    assert probe["at B"]["mask"] == pytest.approx(float(p[-1]), abs=1e-5)
+    assert probe["at B"]["ar>0.5"] == float(p[-2] > 0.5)

@@ -240,6 +240,22 @@ def test_distractor_records_hold_an_earlier_value_with_the_end_digit():
         cur.distractor_count_examples(1, max_extra=0)
 
 
+def test_tens_records_count_up_in_steps_of_ten_within_range():
+    exs = cur.tens_count_examples(300, "t", max_terms=12)
+    assert len(exs) == 300 and cur.tens_count_examples(300, "t", max_terms=12) == exs
+    assert cur.tens_count_examples(300, "u", max_terms=12) != exs
+    lengths = set()
+    for ex in exs:
+        values = [int(v) for v in ex["answer"].split(", ")]
+        assert ex["prompt"] == f"Count from {values[0]} to {values[-1]} in steps of 10."
+        assert values == list(range(values[0], values[-1] + 1, 10)) and max(values) <= 1100
+        lengths.add(len(values))
+        assert cur.split_of(f"count:{values[0]}:{values[-1]}:10") == "train"
+    assert lengths == set(range(2, 13))
+    with pytest.raises(ValueError, match="max_terms"):
+        cur.tens_count_examples(1, max_terms=1)
+
+
 def test_mix_spec_takes_distractor(tmp_path):
     cur.main(["--out", str(tmp_path / "m.jsonl"), "--mix", '{"distractor": {"30": 25}, "replay": {"listops": 2}}'])
     recs = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]

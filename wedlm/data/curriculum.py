@@ -362,6 +362,29 @@ def distractor_count_examples(n: int, seed: int = SEEDS["train"], max_extra: int
     return _form_examples(n, f"count-distractor:{seed}:{max_extra}", terms)
 
 
+def tens_count_examples(n: int, seed_name: str = "count-tens", max_terms: int = 30) -> list[Example]:
+    """`n` TRAIN-split "Count from A to B in steps of 10." examples (up), 2..`max_terms` terms, A
+    uniform in 0..1100 - (terms - 1) * 10; `seed_name` seeds the draws.
+
+    Every value ends in B's last digit, so only the tens and hundreds digits tell where to stop:
+    the data on which the 4-layer tiny model first learned to compare more than the last digit
+    with B (after ~600 steps with `end_weight` 20; docs/training.md, "The last-digit shortcut").
+
+    Raises:
+        ValueError: `max_terms` < 2.
+    """
+    if max_terms < 2:
+        raise ValueError(f"max_terms must be >= 2, got {max_terms}")
+    rng = random.Random(seed_name)
+
+    def draw() -> tuple[Example, str]:
+        terms = rng.randint(2, max_terms)
+        low = rng.randint(0, 1100 - (terms - 1) * 10)
+        return count_example(low, low + (terms - 1) * 10, 10)
+
+    return draw_split(n, draw)
+
+
 def build_stop(out: Path, n_short: int, n_replay: int, seed: int = SEEDS["train"] + 1,
                terms: tuple[int, int] = (3, 10), demo: float = 0.04) -> int:
     """Write stop.jsonl: `n_short` short counting records (`terms` = (min, max) terms, demo
