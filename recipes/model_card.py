@@ -30,7 +30,14 @@ STAGES = [("ar", "AR training from scratch (next-token loss on answers)", "confi
           ("wedlm-mix", "WeDLM training on a mix keeping those records, every task back (`V4=1`)",
            "configs/tiny_wedlm_mix.yaml"),
           ("wedlm-forms", "WeDLM training on more arithmetic and list operations, short ranges of every "
-           "counting form (`V4=1`)", "configs/tiny_wedlm_forms.yaml")]
+           "counting form (`V4=1`)", "configs/tiny_wedlm_forms.yaml"),
+          ("wedlm-tens10", "WeDLM training on steps of 10 alone, the stop weighted 20x (`V5=1`)",
+           "configs/tiny_wedlm_tens10.yaml"),
+          ("wedlm-tens", "last-digit distractor ranges of every form + all tasks, both stops weighted (`V5=1`)",
+           "configs/tiny_wedlm_tens.yaml"),
+          ("wedlm-tens2", "mostly distractor ranges, lr 1e-3 (`V5=1`)", "configs/tiny_wedlm_tens2.yaml"),
+          ("wedlm-tens3", "distractor + short ranges + all tasks, mask-stream stop weighted 20x (`V5=1`)",
+           "configs/tiny_wedlm_tens3.yaml")]
 
 
 def stages_run(run: Path) -> list[tuple[str, str, str]]:
@@ -213,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     stages, totals = stage_rows(run, carried)
     continued = "wedlm-cont" in names
     v4 = "wedlm-mix" in names
+    v5 = "wedlm-tens3" in names
     train_cfg = json.loads((run / here[0] / "train_config.json").read_text())
     tune_line = "not run"
     if tune and not tune.get("best"):
@@ -261,8 +269,10 @@ def main(argv: list[str] | None = None) -> int:
                        simple="\n".join(data_rows(REPO / "configs" / "tiny_wedlm_simple.yaml")),
                        mix="\n".join(data_rows(REPO / "configs" / "tiny_wedlm_mix.yaml")),
                        forms=DATA_FORMS.format(rows="\n".join(data_rows(REPO / "configs" / "tiny_wedlm_forms.yaml")))
-                       if "wedlm-forms" in names else "") if v4 else ""),
-        can_do=CAN_DO_V4 if v4 else CAN_DO_V3, lineage=LINEAGE_V4.format(
+                       if "wedlm-forms" in names else "") if v4 else "") + (DATA_V5.format(**{
+                           k: "\n".join(data_rows(REPO / "configs" / f"tiny_wedlm_{k}.yaml"))
+                           for k in ("tens10", "tens", "tens2", "tens3")}) if v5 else ""),
+        can_do=CAN_DO_V5 if v5 else CAN_DO_V4 if v4 else CAN_DO_V3, lineage=LINEAGE_V5 if v5 else LINEAGE_V4.format(
             forms=(", and a third at a lower learning rate with more arithmetic and list operations and "
                    "short ranges of every counting form" if "wedlm-forms" in names else ""),
             v4_stages="5, 6 and 7" if "wedlm-forms" in names else "5 and 6") if v4 else LINEAGE_V3 if continued else LINEAGE_V2,
@@ -292,6 +302,51 @@ subtract two-digit numbers, and copy / reverse / sort / insert / remove / replac
 short name lists, answering in the ChatML chat format. What it shows: on these answers
 streaming parallel decoding (`wedlm`) commits several tokens per forward; how close its
 answers stay to AR decoding's is measured below on items it never saw."""
+
+CAN_DO_V5 = """What it can do: count (up or down, steps 1/2/5/10, from anywhere in 0..1100; it stops at
+the requested end more often than not with `ar` on ranges of up to about 20 numbers, less on
+longer ranges, and less under `wedlm`: see the evaluation and the end probe), add and
+subtract two-digit numbers, and copy / reverse / sort / insert / remove / replace items of
+short name lists, answering in the ChatML chat format. What it shows: on these answers
+streaming parallel decoding (`wedlm`) commits several tokens per forward; how close its
+answers stay to AR decoding's is measured below on items it never saw."""
+
+LINEAGE_V5 = """This is version 5 of the shipped weights (version 4 was never shipped: its recipe path
+`V4=1` ends in a model that stops at the first value ending in B's last digit). Version 1 (a 2.4M
+model of the same shape trained on synthetic text, CPython stdlib code and chat SFT on a shared,
+slowed machine) scored near 0% on held-out counting and arithmetic. Version 2 was retrained from
+scratch (same tokenizer, same shape) with the official mask count per block (`round(gamma * n)`,
+none when 0), 8 learnable `<|im_end|>` after every answer, and the curriculum below (stages 1-3 of
+the recipe); version 3 continued it with a fourth stage on unseen records. Version 3 counted right
+from any start but did not read the end value B from the prompt. Version 5 continues version 3
+with the `V4=1` stages (1-6-term "Count from A to B." records, then mixes that bring every task
+back: the model reads B, but compares only B's last digit with the number it just wrote) and the
+`V5=1` stages: "Count from A to B in steps of 10." alone with the AR loss of the stop weighted 20x
+(`end_weight`), where after ~600 steps the model learns to compare the tens digit too, then mixes
+of ranges in which an earlier value ends like B, with both the AR and the mask stream's end
+targets weighted (`end_weight`, `mask_end_weight`; docs/training.md, "The last-digit shortcut").
+The older versions are in git history. `V5=1 bash recipes/wedlm_tiny.sh` reproduces version 5 from
+an empty `runs/` folder (about 400 minutes on 2 quiet cores)."""
+
+DATA_V5 = """
+The `V5=1` stages read: steps of 10 alone (`configs/tiny_wedlm_tens10.yaml`, the file its header
+writes):
+
+{tens10}
+
+then the three mixes written by the `--mix` commands in the headers of
+`configs/tiny_wedlm_tens.yaml`:
+
+{tens}
+
+`configs/tiny_wedlm_tens2.yaml`:
+
+{tens2}
+
+and `configs/tiny_wedlm_tens3.yaml`:
+
+{tens3}
+"""
 
 LINEAGE_V2 = """This is version 2 of the shipped weights. Version 1 (a 2.4M model of the same shape trained on
 synthetic text, CPython stdlib code and chat SFT on a shared, slowed machine) decoded "Count

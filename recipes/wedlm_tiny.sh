@@ -17,6 +17,11 @@
 #      then on unseen records with more arithmetic and list operations and short ranges of every
 #      counting form (configs/tiny_wedlm_forms.yaml, 850 steps, ~24 min; all three fp32),
 #      exported over models/wedlm-tiny. The model card's lineage says which steps the shipped weights are.
+#   8. only with V5=1 (implies V4=1): the stop beyond B's last digit. Steps of 10 alone with the stop
+#      weighted 20x (configs/tiny_wedlm_tens10.yaml, 875 steps, ~27 min), then three mixes of
+#      last-digit distractor ranges of every form, arithmetic and list operations with both stops
+#      weighted (configs/tiny_wedlm_tens.yaml, tiny_wedlm_tens2.yaml, tiny_wedlm_tens3.yaml;
+#      1,500 + 1,200 + 1,200 steps, ~110 min; all fp32), exported over models/wedlm-tiny.
 # Resumable: rerun the same command; finished stages are skipped (their final/ exists) and an
 # interrupted stage continues from its last checkpoint. The run owns both cores: start nothing
 # else meanwhile (tokens/s in runs/wedlm-tiny/*/log.jsonl shows when something does).
@@ -52,6 +57,7 @@ stage ar      $PY -m wedlm.cli.main train --config configs/tiny_ar.yaml
 [ -f "$RUN/ar-wedlm/config.json" ] || stage convert $PY -m wedlm.cli.main convert "$RUN/ar/final" "$RUN/ar-wedlm"
 stage wedlm   $PY -m wedlm.cli.main train --config configs/tiny_wedlm.yaml
 [ -f "$RUN/wedlm-cont/final/config.json" ] || stage export $PY -m wedlm.train.export "$RUN/wedlm/final" "$OUT"
+[ "${V5:-0}" = 1 ] && V4=1
 [ "${V4:-0}" = 1 ] && CONTINUE=1
 if [ "${CONTINUE:-0}" = 1 ]; then
   stage wedlm-cont $PY -m wedlm.cli.main train --config configs/tiny_wedlm_cont.yaml
@@ -66,6 +72,21 @@ if [ "${V4:-0}" = 1 ]; then
   [ -f data/widen/v7mix.jsonl ] || stage data-forms $PY -m wedlm.data.curriculum --out data/widen/v7mix.jsonl --mix \
     '{"seed": 8, "simple": {"6": 20000, "15": 10000}, "simple_forms": {"6": 20000}, "short": {"20": 10000}, "replay": {"count": 5000, "addsub": 30000, "listops": 30000}}'
   stage wedlm-forms $PY -m wedlm.cli.main train --config configs/tiny_wedlm_forms.yaml
-  stage export-v4 $PY -m wedlm.train.export "$RUN/wedlm-forms/final" "$OUT"
+  [ "${V5:-0}" = 1 ] || stage export-v4 $PY -m wedlm.train.export "$RUN/wedlm-forms/final" "$OUT"
+fi
+if [ "${V5:-0}" = 1 ]; then
+  [ -f data/widen/tens10.jsonl ] || stage data-tens10 $PY -c "from pathlib import Path; from wedlm.data import curriculum as c; \
+c.write_jsonl(Path('data/widen/tens10.jsonl'), [c.to_chat(e) for e in c.tens_count_examples(45000, 'probe-step10-long')])"
+  stage wedlm-tens10 $PY -m wedlm.cli.main train --config configs/tiny_wedlm_tens10.yaml
+  [ -f data/widen/v10mix.jsonl ] || stage data-tens $PY -m wedlm.data.curriculum --out data/widen/v10mix.jsonl --mix \
+    '{"seed": 11, "distractor": {"30": 22000}, "simple_forms": {"6": 8000}, "replay": {"count": 6000, "addsub": 25000, "listops": 20000}}'
+  stage wedlm-tens $PY -m wedlm.cli.main train --config configs/tiny_wedlm_tens.yaml
+  [ -f data/widen/v11mix.jsonl ] || stage data-tens2 $PY -m wedlm.data.curriculum --out data/widen/v11mix.jsonl --mix \
+    '{"seed": 12, "distractor": {"30": 32000}, "replay": {"count": 3000, "addsub": 6000, "listops": 7000}}'
+  stage wedlm-tens2 $PY -m wedlm.cli.main train --config configs/tiny_wedlm_tens2.yaml
+  [ -f data/widen/v12mix.jsonl ] || stage data-tens3 $PY -m wedlm.data.curriculum --out data/widen/v12mix.jsonl --mix \
+    '{"seed": 13, "distractor": {"30": 24000}, "simple_forms": {"6": 6000}, "replay": {"count": 6000, "addsub": 6000, "listops": 8000}}'
+  stage wedlm-tens3 $PY -m wedlm.cli.main train --config configs/tiny_wedlm_tens3.yaml
+  stage export-v5 $PY -m wedlm.train.export "$RUN/wedlm-tens3/final" "$OUT"
 fi
 echo "=== recipe done: $OUT"

@@ -66,6 +66,20 @@ def test_resume_continues_same_curve(make_cfg, train_env, tmp_path):
     assert all(torch.allclose(wa[k], wb[k], atol=1e-5) for k in wa)
 
 
+def test_end_step_finishes_early_on_the_full_schedule(make_cfg, train_env, tmp_path):
+    straight = tmp_path / "straight"
+    train(TrainConfig(**make_cfg(straight, max_steps=6)))
+    early = tmp_path / "early"
+    final = train(TrainConfig(**make_cfg(early, max_steps=6, end_step=3)))
+    a, b = read_log(straight), read_log(early)
+    assert [r["step"] for r in b] == [1, 2, 3]
+    for x, y in zip(a[:3], b):  # same learning rates (cosine over 6 steps) and losses
+        assert x["lr"] == y["lr"] and abs(x["loss"] - y["loss"]) < 1e-5, (x, y)
+    assert json.loads((final / "config.json").read_text())["wedlm_training"]["steps"] == 3
+    with pytest.raises(ValueError, match="end_step"):
+        TrainConfig(**make_cfg(tmp_path / "bad", max_steps=6, end_step=7))
+
+
 def test_two_gloo_processes_match_one(make_cfg, train_env, tmp_path):
     """Global batch 4 rows: 1 process x 2 rows x 2 accumulation steps vs 2 processes x 2 rows."""
     one = tmp_path / "one"

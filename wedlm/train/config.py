@@ -49,6 +49,7 @@ class TrainConfig:
     min_lr: float = 1e-4
     warmup_steps: int = 50
     max_steps: int = 1000
+    end_step: int | None = None  # finish the stage (final/) at this step; the LR schedule stays that of max_steps
     weight_decay: float = 0.1
     betas: tuple[float, float] = (0.9, 0.95)
     grad_clip: float = 1.0
@@ -78,6 +79,8 @@ class TrainConfig:
             raise ValueError(f"end_weight must be > 0, got {self.end_weight}")
         if not self.mask_end_weight > 0:
             raise ValueError(f"mask_end_weight must be > 0, got {self.mask_end_weight}")
+        if self.end_step is not None and not 1 <= self.end_step <= self.max_steps:
+            raise ValueError(f"end_step must be in 1..max_steps ({self.max_steps}), got {self.end_step}")
         if self.data_skip < 0:
             raise ValueError(f"data_skip must be >= 0, got {self.data_skip}")
         if self.attention not in ATTENTION:

@@ -299,7 +299,8 @@ def run_loop(cfg, accelerator, model, optimizer, packer, mask_id, ckpts, state, 
 
 
 def stage_done(cfg: TrainConfig, state: dict) -> bool:
-    return state["step"] >= cfg.max_steps or state.get("ended_by") == "time"
+    """True once the stage is over: max_steps (or end_step) reached, or ended on its wall clock."""
+    return state["step"] >= (cfg.end_step or cfg.max_steps) or state.get("ended_by") == "time"
 
 
 def final_losses(log: Path, last: int = 5) -> dict:
