@@ -99,23 +99,16 @@ def test_two_gloo_processes_match_one(make_cfg, train_env, tmp_path):
         assert abs(x["loss"] - y["loss"]) < 1e-4, (x, y)
 
 
-def test_end_weight_raises_only_the_ar_loss_of_the_stop(make_cfg, train_env, tmp_path):
+@pytest.mark.parametrize("key, raised, kept", [("end_weight", "ar_loss", "mask_loss"),
+                                                ("mask_end_weight", "mask_loss", "ar_loss")])
+def test_end_weights_raise_only_their_own_loss(make_cfg, train_env, tmp_path, key, raised, kept):
+    """end_weight weights the AR head's stop, mask_end_weight the masked end targets; neither
+    touches the other stream's loss, and a weight <= 0 is refused by name."""
     base = dict(data=train_env["chat"], max_steps=1, log_every=1)
     train(TrainConfig(**make_cfg(tmp_path / "plain", **base)))
-    train(TrainConfig(**make_cfg(tmp_path / "weighted", end_weight=25.0, **base)))
+    train(TrainConfig(**make_cfg(tmp_path / "weighted", **{key: 25.0}, **base)))
     plain, weighted = read_log(tmp_path / "plain")[0], read_log(tmp_path / "weighted")[0]
-    assert weighted["mask_loss"] == pytest.approx(plain["mask_loss"], rel=1e-5)
-    assert weighted["ar_loss"] > plain["ar_loss"] * 1.01
-    with pytest.raises(ValueError, match="end_weight"):
-        TrainConfig(**make_cfg(tmp_path / "bad", end_weight=0.0))
-
-
-def test_mask_end_weight_raises_only_the_mask_loss(make_cfg, train_env, tmp_path):
-    base = dict(data=train_env["chat"], max_steps=1, log_every=1)
-    train(TrainConfig(**make_cfg(tmp_path / "plain", **base)))
-    train(TrainConfig(**make_cfg(tmp_path / "weighted", mask_end_weight=25.0, **base)))
-    plain, weighted = read_log(tmp_path / "plain")[0], read_log(tmp_path / "weighted")[0]
-    assert weighted["ar_loss"] == pytest.approx(plain["ar_loss"], rel=1e-5)
-    assert weighted["mask_loss"] > plain["mask_loss"] * 1.01
-    with pytest.raises(ValueError, match="mask_end_weight"):
-        TrainConfig(**make_cfg(tmp_path / "bad", mask_end_weight=-1.0))
+    assert weighted[kept] == pytest.approx(plain[kept], rel=1e-5)
+    assert weighted[raised] > plain[raised] * 1.01
+    with pytest.raises(ValueError, match=key):
+        TrainConfig(**make_cfg(tmp_path / "bad", **{key: 0.0}))
