@@ -100,15 +100,15 @@ def stop_probe(model_dir: Path, items: list[dict]) -> dict[str, dict[str, float]
 
     Returns:
         {group: {"n": count, "ar": mean P, "mask": mean P, "ar>0.5": share above 0.5,
-        "mask>0.5": share}}, float32 probabilities, one greedy-free forward per prefix.
+        "mask>0.5": share}}; float32 weights, one forward (no KV cache) per prefix.
     """
     import torch
-    from transformers import AutoTokenizer
 
     from wedlm.model.attention import DenseAttention
     from wedlm.model.loader import load_model
+    from wedlm.tokenizer import load_tokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    tok = load_tokenizer(model_dir)
     model = load_model(model_dir).eval()
     end = tok.convert_tokens_to_ids("<|im_end|>")
     mask_id = model.config.mask_token_id
