@@ -90,8 +90,9 @@ def count_miss(ex: dict, rec: dict) -> str | None:
     return "wrong numbers"
 
 
-def stop_probe(model_dir: Path, items: list[dict]) -> dict[str, dict[str, float]]:
-    """Teacher-forced P(`<|im_end|>`) after each value of the right answers of counting `items`.
+def stop_probe(model_dir: Path, groups: dict[str, list[dict]]) -> dict[str, dict[str, dict[str, float]]]:
+    """Teacher-forced P(`<|im_end|>`) after each value of the right answers of the counting items
+    of each group in `groups` (the model is loaded once for all of them).
 
     For each prefix "prompt + v1, ..., vk" two readings: `ar`, the AR head's next-token
     distribution at vk's last token; `mask`, a [MASK] slot at the next logical position, the
@@ -99,8 +100,8 @@ def stop_probe(model_dir: Path, items: list[dict]) -> dict[str, dict[str, float]
     "at B" (the last value), "ending like B" (earlier values with B's last digit) and "other".
 
     Returns:
-        {group: {"n": count, "ar": mean P, "mask": mean P, "ar>0.5": share above 0.5,
-        "mask>0.5": share}}; float32 weights, one forward (no KV cache) per prefix.
+        {group name: {value group: {"n": count, "ar": mean P, "mask": mean P, "ar>0.5": share
+        above 0.5, "mask>0.5": share}}}; float32 weights, one forward (no KV cache) per prefix.
     """
     import torch
 
@@ -112,26 +113,30 @@ def stop_probe(model_dir: Path, items: list[dict]) -> dict[str, dict[str, float]
     model = load_model(model_dir).eval()
     end = tok.convert_tokens_to_ids("<|im_end|>")
     mask_id = model.config.mask_token_id
-    probs: dict[str, dict[str, list[float]]] = {}
-    for ex in items:
-        prompt = tok.apply_chat_template([{"role": "user", "content": ex["prompt"]}], tokenize=False,
-                                         add_generation_prompt=True)
-        ids = tok(prompt, add_special_tokens=False)["input_ids"]
-        values = ex["answer"].split(", ")
-        for k, v in enumerate(values):
-            ids = ids + tok((", " if k else "") + v, add_special_tokens=False)["input_ids"]
-            group = "at B" if k == len(values) - 1 else ("ending like B" if v[-1] == values[-1][-1] else "other")
-            x = torch.tensor([ids + [mask_id]])
-            with torch.no_grad():
-                p = model(x, torch.arange(x.shape[1])[None], DenseAttention(), torch.tensor([len(ids) - 1, len(ids)]))
-            p = p.float().softmax(-1)[:, end].tolist()
-            g = probs.setdefault(group, {"ar": [], "mask": []})
-            g["ar"].append(p[0])
-            g["mask"].append(p[1])
-    return {name: {"n": len(g["ar"]), "ar": sum(g["ar"]) / len(g["ar"]), "mask": sum(g["mask"]) / len(g["mask"]),
-                   "ar>0.5": sum(q > 0.5 for q in g["ar"]) / len(g["ar"]),
-                   "mask>0.5": sum(q > 0.5 for q in g["mask"]) / len(g["mask"])}
-            for name, g in probs.items()}
+
+    def probe(items: list[dict]) -> dict[str, dict[str, float]]:
+        probs: dict[str, dict[str, list[float]]] = {}
+        for ex in items:
+            prompt = tok.apply_chat_template([{"role": "user", "content": ex["prompt"]}], tokenize=False,
+                                             add_generation_prompt=True)
+            ids = tok(prompt, add_special_tokens=False)["input_ids"]
+            values = ex["answer"].split(", ")
+            for k, v in enumerate(values):
+                ids = ids + tok((", " if k else "") + v, add_special_tokens=False)["input_ids"]
+                group = "at B" if k == len(values) - 1 else ("ending like B" if v[-1] == values[-1][-1] else "other")
+                x = torch.tensor([ids + [mask_id]])
+                with torch.no_grad():
+                    p = model(x, torch.arange(x.shape[1])[None], DenseAttention(), torch.tensor([len(ids) - 1, len(ids)]))
+                p = p.float().softmax(-1)[:, end].tolist()
+                g = probs.setdefault(group, {"ar": [], "mask": []})
+                g["ar"].append(p[0])
+                g["mask"].append(p[1])
+        return {name: {"n": len(g["ar"]), "ar": sum(g["ar"]) / len(g["ar"]), "mask": sum(g["mask"]) / len(g["mask"]),
+                       "ar>0.5": sum(q > 0.5 for q in g["ar"]) / len(g["ar"]),
+                       "mask>0.5": sum(q > 0.5 for q in g["mask"]) / len(g["mask"])}
+                for name, g in probs.items()}
+
+    return {name: probe(items) for name, items in groups.items()}
 
 
 def with_side_files(model: Path, defaults: Path) -> Path:
@@ -193,12 +198,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ar misses, {name}: " + (", ".join(f"{k} {v}" for k, v in kinds.most_common()) or "none"))
         i += len(g)
     print("teacher-forced P(<|im_end|>) after a value, AR head / mask slot (share > 0.5):")
-    for name, g in groups.items():
-        if name.startswith("count") or name == "short up":
-            probe = stop_probe(model, g)
-            table[name]["stop_probe"] = probe
-            print(f"  {name}: " + "; ".join(f"{k} {v['ar']:.2f} / {v['mask']:.2f} ({v['ar>0.5']:.0%} / {v['mask>0.5']:.0%})"
-                                         for k, v in sorted(probe.items())))
+    counting = {name: g for name, g in groups.items() if name.startswith("count") or name == "short up"}
+    for name, probe in stop_probe(model, counting).items():
+        table[name]["stop_probe"] = probe
+        print(f"  {name}: " + "; ".join(f"{k} {v['ar']:.2f} / {v['mask']:.2f} ({v['ar>0.5']:.0%} / {v['mask>0.5']:.0%})"
+                                     for k, v in sorted(probe.items())))
     if args.json:
         Path(args.json).write_text(json.dumps({"model": args.model, "defaults": d, "groups": table}, indent=1) + "\n")
     return 0

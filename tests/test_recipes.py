@@ -108,18 +108,18 @@ def test_model_card_carries_rows_of_stages_whose_runs_are_gone(tmp_path):
 
 def test_stop_probe_groups_values_and_reads_both_heads(tiny_wedlm):
     import torch
-    from transformers import AutoTokenizer
 
     from recipes.check_wedlm_tiny import stop_probe
     from wedlm.data.curriculum import count_example
     from wedlm.model.attention import DenseAttention
     from wedlm.model.loader import load_model
+    from wedlm.tokenizer import load_tokenizer
 
     ex, _ = count_example(8, 21)  # 8..21: B = 21, 11 ends like B, 12 others
-    probe = stop_probe(tiny_wedlm, [ex])
+    probe = stop_probe(tiny_wedlm, {"g": [ex]})["g"]
     assert {k: v["n"] for k, v in probe.items()} == {"at B": 1, "ending like B": 1, "other": 12}
     # "at B" equals a direct forward of the whole answer (+ one [MASK] for the mask reading)
-    tok = AutoTokenizer.from_pretrained(str(tiny_wedlm))
+    tok = load_tokenizer(tiny_wedlm)
     model = load_model(tiny_wedlm).eval()
     prompt = tok.apply_chat_template([{"role": "user", "content": ex["prompt"]}], tokenize=False,
                                      add_generation_prompt=True)
