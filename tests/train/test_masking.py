@@ -152,3 +152,43 @@ def test_mask_weights_bounded_and_unbiased():
     row = PackedRow(torch.arange(4), torch.zeros(4, dtype=torch.long), torch.arange(4), torch.ones(4, dtype=torch.bool))
     empty = [s for s in range(200) if not draw_masks(row, 4, torch.Generator().manual_seed(s)).masked.any()]
     assert empty, "gamma < 1/8 happens in ~12% of draws; none seen"
+
+
+def test_suffix_masking_masks_each_blocks_last_tokens():
+    """suffix_prob=1: every block masks its last round(gamma * n) maskable tokens, prompts never;
+    suffix_prob=0 gives the official random draw of the same generator seed exactly."""
+    rng = random.Random(11)
+    row = random_row(rng, 96, prompt_frac=0.5)
+    block = 8
+    official = draw_masks(row, block, torch.Generator().manual_seed(2))
+    assert torch.equal(draw_masks(row, block, torch.Generator().manual_seed(2), 0.0).masked, official.masked)
+    draw = draw_masks(row, block, torch.Generator().manual_seed(2), 1.0)
+    assert not torch.any(draw.masked & ~row.maskable)
+    key = row.doc_ids * 1000 + row.positions // block
+    n_blocks_with_masks = 0
+    for b in key.unique():
+        idx = torch.nonzero((key == b) & row.maskable).flatten().tolist()
+        if not idx:
+            continue
+        k = int(float(draw.gamma[idx[0]]) * len(idx) + 0.5)
+        assert draw.masked[idx].tolist() == [False] * (len(idx) - k) + [True] * k
+        n_blocks_with_masks += k > 0
+    assert n_blocks_with_masks >= 5
+    with pytest.raises(ValueError, match="suffix_prob must be in"):
+        draw_masks(row, block, torch.Generator().manual_seed(2), 1.5)
+
+
+def test_suffix_masking_mixes_by_probability():
+    rng = random.Random(12)
+    row = random_row(rng, 256)
+    block = 8
+    key = (row.doc_ids * 1000 + row.positions // block).tolist()
+    suffix_shaped = total = 0
+    for seed in range(20):
+        draw = draw_masks(row, block, torch.Generator().manual_seed(seed), 0.5)
+        for b in set(key):
+            m = [bool(draw.masked[i]) for i in range(len(key)) if key[i] == b and row.maskable[i]]
+            if 0 < sum(m) < len(m) - 1:  # a suffix by chance is rare for these
+                total += 1
+                suffix_shaped += m == sorted(m)
+    assert 0.4 < suffix_shaped / total < 0.75

@@ -12,7 +12,10 @@ else, so a greedy AR step costs a single device sync).
 With `enforce_eager=False` the forward is `compiled.CompiledForward` and every
 size of the step is padded up to a shape bucket (`buckets.py`): padded tokens
 write their K/V into a scratch block past the engine's blocks (`pad_slot`) and
-are nobody's query; padded logit rows are dropped. Eager runs unpadded.
+are nobody's query; padded logit rows are dropped. Eager runs unpadded, except
+that under bf16 (autocast, or bf16 weights on a CPU) a one-token step is padded to
+two tokens: a one-row bf16 matrix product is slower than a two-row one on CPUs
+with bf16 units (docs/engine.md, "Precision on a CPU with bf16 units").
 """
 
 from __future__ import annotations
@@ -103,6 +106,8 @@ class ModelRunner:
                                 cfg.head_dim, model.dtype, self.device)
         self.pad_slot = num_blocks * block_size
         self.compiled = None if enforce_eager else CompiledForward(self.device, self.kv_cache.k + self.kv_cache.v)
+        # eager one-token steps padded to two under bf16 on a CPU (see the module docstring)
+        self.pad_single_token = self.device.type == "cpu" and (autocast is not None or model.dtype == torch.bfloat16)
 
     @staticmethod
     def kv_bytes_per_block(model: QwenForCausalLM, block_size: int) -> int:
@@ -146,6 +151,10 @@ class ModelRunner:
             ids += [0] * (shape.tokens - offset)
             pos += [0] * (shape.tokens - offset)
             rows += [0] * (shape.rows - num_rows)
+        elif self.pad_single_token and offset == 1:
+            pad = Padding(2, 1, 2, max_kv, self.pad_slot)
+            ids.append(0)
+            pos.append(0)
         device = self.device
         input_ids = torch.tensor(ids, dtype=torch.int64, device=device)
         positions = torch.tensor(pos, dtype=torch.int64, device=device)

@@ -75,8 +75,17 @@ def block_ids(row: PackedRow, block_size: int) -> torch.Tensor:
     return new_block.long().cumsum(0) - 1
 
 
-def draw_masks(row: PackedRow, block_size: int, generator: torch.Generator) -> MaskDraw:
+def draw_masks(row: PackedRow, block_size: int, generator: torch.Generator,
+               suffix_prob: float = 0.0) -> MaskDraw:
     """Per block: gamma ~ U(0, 1], then mask round(gamma * n) of its n maskable tokens.
+
+    Which tokens: a uniformly random subset (the paper and the official trainer), or, in a
+    block drawn with probability `suffix_prob` (our option, 0 = official), the LAST
+    round(gamma * n) maskable tokens. A suffix is the shape streaming decoding meets at its
+    leftmost mask: that slot sees its prefix and nothing to its right, while under random
+    masking the first mask of a block almost always sees observed tokens after it (only a
+    block start with gamma near 1 trains the prefix-only case). The draws of `suffix_prob`
+    come after all others, so 0 reproduces the official draw exactly.
 
     As in the official trainer (Tencent/WeDLM `finetune/src/masking.py`), a block whose
     round(gamma * n) is 0 masks nothing and contributes no loss. So every masked token has
@@ -92,6 +101,10 @@ def draw_masks(row: PackedRow, block_size: int, generator: torch.Generator) -> M
     n_blocks = int(blocks[-1]) + 1
     gammas = 1.0 - torch.rand(n_blocks, generator=generator)  # U(0, 1]
     scores = torch.rand(len(blocks), generator=generator)
+    if not 0.0 <= suffix_prob <= 1.0:
+        raise ValueError(f"suffix_prob must be in [0, 1], got {suffix_prob}")
+    suffix = (torch.rand(n_blocks, generator=generator) < suffix_prob if suffix_prob > 0
+              else torch.zeros(n_blocks, dtype=torch.bool))
     masked = torch.zeros(len(blocks), dtype=torch.bool)
     gamma = torch.zeros(len(blocks), dtype=torch.float32)
     for b in range(n_blocks):
@@ -102,7 +115,7 @@ def draw_masks(row: PackedRow, block_size: int, generator: torch.Generator) -> M
         k = int(float(gammas[b]) * len(idx) + 0.5)  # round half up
         if k == 0:
             continue
-        chosen = idx[torch.argsort(scores[idx])[:k]]
+        chosen = idx[-k:] if suffix[b] else idx[torch.argsort(scores[idx])[:k]]
         masked[chosen] = True
     return MaskDraw(masked, gamma)
 
