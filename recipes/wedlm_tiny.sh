@@ -22,6 +22,9 @@
 #      last-digit distractor ranges of every form, arithmetic and list operations with both stops
 #      weighted (configs/tiny_wedlm_tens.yaml, tiny_wedlm_tens2.yaml, tiny_wedlm_tens3.yaml;
 #      1,500 + 1,200 + 1,200 steps, ~110 min; all fp32), exported over models/wedlm-tiny.
+#   9. only with V6=1 (implies V5=1): suffix masking. Half of the prediction-stream blocks mask their
+#      last tokens, the shape streaming decoding shows its leftmost mask (configs/tiny_wedlm_tens5.yaml,
+#      tiny_wedlm_tens6.yaml; 700 + 1,200 steps, ~38 min, fp32), exported over models/wedlm-tiny.
 # Resumable: rerun the same command; finished stages are skipped (their final/ exists) and an
 # interrupted stage continues from its last checkpoint. The run owns both cores: start nothing
 # else meanwhile (tokens/s in runs/wedlm-tiny/*/log.jsonl shows when something does).
@@ -57,6 +60,7 @@ stage ar      $PY -m wedlm.cli.main train --config configs/tiny_ar.yaml
 [ -f "$RUN/ar-wedlm/config.json" ] || stage convert $PY -m wedlm.cli.main convert "$RUN/ar/final" "$RUN/ar-wedlm"
 stage wedlm   $PY -m wedlm.cli.main train --config configs/tiny_wedlm.yaml
 [ -f "$RUN/wedlm-cont/final/config.json" ] || stage export $PY -m wedlm.train.export "$RUN/wedlm/final" "$OUT"
+[ "${V6:-0}" = 1 ] && V5=1
 [ "${V5:-0}" = 1 ] && V4=1
 [ "${V4:-0}" = 1 ] && CONTINUE=1
 if [ "${CONTINUE:-0}" = 1 ]; then
@@ -87,6 +91,15 @@ c.write_jsonl(Path('data/widen/tens10.jsonl'), [c.to_chat(e) for e in c.tens_cou
   [ -f data/widen/v12mix.jsonl ] || stage data-tens3 $PY -m wedlm.data.curriculum --out data/widen/v12mix.jsonl --mix \
     '{"seed": 13, "distractor": {"30": 24000}, "simple_forms": {"6": 6000}, "replay": {"count": 6000, "addsub": 6000, "listops": 8000}}'
   stage wedlm-tens3 $PY -m wedlm.cli.main train --config configs/tiny_wedlm_tens3.yaml
-  stage export-v5 $PY -m wedlm.train.export "$RUN/wedlm-tens3/final" "$OUT"
+  [ "${V6:-0}" = 1 ] || stage export-v5 $PY -m wedlm.train.export "$RUN/wedlm-tens3/final" "$OUT"
+fi
+if [ "${V6:-0}" = 1 ]; then
+  [ -f data/widen/v14mix.jsonl ] || stage data-tens5 $PY -m wedlm.data.curriculum --out data/widen/v14mix.jsonl --mix \
+    '{"seed": 15, "distractor": {"30": 12000}, "simple_forms": {"6": 4000}, "replay": {"count": 4000, "addsub": 15000, "listops": 10000}}'
+  stage wedlm-tens5 $PY -m wedlm.cli.main train --config configs/tiny_wedlm_tens5.yaml
+  [ -f data/widen/v15mix.jsonl ] || stage data-tens6 $PY -m wedlm.data.curriculum --out data/widen/v15mix.jsonl --mix \
+    '{"seed": 16, "distractor": {"30": 14000}, "simple_forms": {"6": 6000}, "replay": {"count": 5000, "addsub": 15000, "listops": 10000}}'
+  stage wedlm-tens6 $PY -m wedlm.cli.main train --config configs/tiny_wedlm_tens6.yaml
+  stage export-v6 $PY -m wedlm.train.export "$RUN/wedlm-tens6/final" "$OUT"
 fi
 echo "=== recipe done: $OUT"
