@@ -40,7 +40,8 @@ STAGES = [("ar", "AR training from scratch (next-token loss on answers)", "confi
            "configs/tiny_wedlm_tens3.yaml"),
           ("wedlm-tens5", "suffix masking in half of the blocks, mask-stream stop 40x (`V6=1`)",
            "configs/tiny_wedlm_tens5.yaml"),
-          ("wedlm-tens6", "more of the same on unseen records, lr 5e-4 (`V6=1`)", "configs/tiny_wedlm_tens6.yaml")]
+          ("wedlm-tens6", "more of the same on unseen records, lr 5e-4 (`V6=1`)", "configs/tiny_wedlm_tens6.yaml"),
+          ("wedlm-tens7", "short ranges of every form doubled, lr 3e-4 (`V6=1`)", "configs/tiny_wedlm_tens7.yaml")]
 
 
 def stages_run(run: Path) -> list[tuple[str, str, str]]:
@@ -224,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     continued = "wedlm-cont" in names
     v4 = "wedlm-mix" in names
     v5 = "wedlm-tens3" in names
-    v6 = "wedlm-tens6" in names
+    v6 = "wedlm-tens7" in names
     train_cfg = json.loads((run / here[0] / "train_config.json").read_text())
     tune_line = "not run"
     if tune and not tune.get("best"):
@@ -277,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
                            k: "\n".join(data_rows(REPO / "configs" / f"tiny_wedlm_{k}.yaml"))
                            for k in ("tens10", "tens", "tens2", "tens3")}) if v5 else "") + (DATA_V6.format(**{
                            k: "\n".join(data_rows(REPO / "configs" / f"tiny_wedlm_{k}.yaml"))
-                           for k in ("tens5", "tens6")}) if v6 else ""),
+                           for k in ("tens5", "tens6", "tens7")}) if v6 else ""),
         can_do=CAN_DO_V6 if v6 else CAN_DO_V5 if v5 else CAN_DO_V4 if v4 else CAN_DO_V3, lineage=LINEAGE_V6 if v6 else LINEAGE_V5 if v5 else LINEAGE_V4.format(
             forms=(", and a third at a lower learning rate with more arithmetic and list operations and "
                    "short ranges of every counting form" if "wedlm-forms" in names else ""),
@@ -317,6 +318,14 @@ short name lists, answering in the ChatML chat format. What it shows: on these a
 streaming parallel decoding (`wedlm`) commits several tokens per forward; how close its
 answers stay to AR decoding's is measured below on items it never saw."""
 
+CAN_DO_V6 = """What it can do: count (up or down, steps 1/2/5/10, from anywhere in 0..1100; it stops at
+the requested end of most ranges, with `ar` and, since version 6, nearly as often with `wedlm`:
+see the evaluation and the end probe), add and subtract two-digit numbers, and copy / reverse /
+sort / insert / remove / replace items of short name lists, answering in the ChatML chat format.
+What it shows: on these answers streaming parallel decoding (`wedlm`) commits several tokens
+per forward; how close its answers stay to AR decoding's is measured below on items it never
+saw."""
+
 LINEAGE_V5 = """This is version 5 of the shipped weights (version 4 was never shipped: its recipe path
 `V4=1` ends in a model that stops at the first value ending in B's last digit). Version 1 (a 2.4M
 model of the same shape trained on synthetic text, CPython stdlib code and chat SFT on a shared,
@@ -354,8 +363,8 @@ and `configs/tiny_wedlm_tens3.yaml`:
 {tens3}
 """
 
-LINEAGE_V6 = """This is version 6 of the shipped weights: version 5 (below) continued with suffix masking
-(`suffix_mask_prob: 0.5`, docs/training.md, "Suffix masking: version 6"). In half of the
+LINEAGE_V6 = """This is version 6 of the shipped weights: version 5 (below) continued for three stages with
+suffix masking (`suffix_mask_prob: 0.5`, docs/training.md, "Suffix masking: version 6"). In half of the
 prediction-stream blocks the masked tokens are the block's LAST round(gamma * n) tokens instead of
 a random subset: the shape streaming decoding shows its leftmost mask (the committed prefix and
 nothing to its right), which the paper's random draw almost never trains mid-block. Same counts,
@@ -367,7 +376,7 @@ weighted). Version 3 was a 2.4M model trained from scratch on the curriculum wit
 mask count per block and 8 learnable `<|im_end|>` after every answer, then continued once;
 version 1 (trained on synthetic text, code and chat on a shared, slowed machine) scored near 0%
 on held-out counting and arithmetic. The older versions are in git history.
-`V6=1 bash recipes/wedlm_tiny.sh` reproduces version 6 from an empty `runs/` folder (about 440
+`V6=1 bash recipes/wedlm_tiny.sh` reproduces version 6 from an empty `runs/` folder (about 460
 minutes on 2 quiet cores)."""
 
 DATA_V6 = """
@@ -376,9 +385,13 @@ The `V6=1` stages read the mixes written by the `--mix` commands in the headers 
 
 {tens5}
 
-and `configs/tiny_wedlm_tens6.yaml`:
+`configs/tiny_wedlm_tens6.yaml`:
 
 {tens6}
+
+and `configs/tiny_wedlm_tens7.yaml`:
+
+{tens7}
 """
 
 LINEAGE_V2 = """This is version 2 of the shipped weights. Version 1 (a 2.4M model of the same shape trained on

@@ -24,7 +24,8 @@
 #      1,500 + 1,200 + 1,200 steps, ~110 min; all fp32), exported over models/wedlm-tiny.
 #   9. only with V6=1 (implies V5=1): suffix masking. Half of the prediction-stream blocks mask their
 #      last tokens, the shape streaming decoding shows its leftmost mask (configs/tiny_wedlm_tens5.yaml,
-#      tiny_wedlm_tens6.yaml; 700 + 1,200 steps, ~38 min, fp32), exported over models/wedlm-tiny.
+#      tiny_wedlm_tens6.yaml, tiny_wedlm_tens7.yaml; 700 + 1,200 + 1,000 steps, ~58 min, fp32),
+#      exported over models/wedlm-tiny.
 # Resumable: rerun the same command; finished stages are skipped (their final/ exists) and an
 # interrupted stage continues from its last checkpoint. The run owns both cores: start nothing
 # else meanwhile (tokens/s in runs/wedlm-tiny/*/log.jsonl shows when something does).
@@ -100,6 +101,9 @@ if [ "${V6:-0}" = 1 ]; then
   [ -f data/widen/v15mix.jsonl ] || stage data-tens6 $PY -m wedlm.data.curriculum --out data/widen/v15mix.jsonl --mix \
     '{"seed": 16, "distractor": {"30": 14000}, "simple_forms": {"6": 6000}, "replay": {"count": 5000, "addsub": 15000, "listops": 10000}}'
   stage wedlm-tens6 $PY -m wedlm.cli.main train --config configs/tiny_wedlm_tens6.yaml
-  stage export-v6 $PY -m wedlm.train.export "$RUN/wedlm-tens6/final" "$OUT"
+  [ -f data/widen/v16mix.jsonl ] || stage data-tens7 $PY -m wedlm.data.curriculum --out data/widen/v16mix.jsonl --mix \
+    '{"seed": 17, "distractor": {"30": 12000}, "simple_forms": {"6": 10000}, "replay": {"count": 5000, "addsub": 12000, "listops": 10000}}'
+  stage wedlm-tens7 $PY -m wedlm.cli.main train --config configs/tiny_wedlm_tens7.yaml
+  stage export-v6 $PY -m wedlm.train.export "$RUN/wedlm-tens7/final" "$OUT"
 fi
 echo "=== recipe done: $OUT"

@@ -50,35 +50,27 @@ def test_forced_bf16_autocast_runs_in_bf16_and_stays_close(tiny_path):
     assert (a[finite] - b[finite]).abs().max() <= 0.05 * a[finite].abs().max()
 
 
-def test_bf16_pads_one_token_eager_steps_only_on_cpu(tiny_path):
-    bf16 = LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=4, device="cpu", autocast=True)
-    plain = LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=4, device="cpu", autocast=False)
-    assert bf16.engine.runner.pad_single_token and not plain.engine.runner.pad_single_token
+def test_autocast_reads_precast_bf16_weights_with_the_same_logits(tiny_path):
+    """Under autocast the runner keeps bf16 copies of the matmul weights (no per-forward casts):
+    the logits equal those of autocast over the float32 weights exactly, and the parameters,
+    the embedding and the KV cache stay float32."""
+    from wedlm.engine.fast_model import PrecastLinear, optimize_for_inference
     from wedlm.engine.runner import ForwardItem
+    from wedlm.model import load_model
 
-    one = bf16.engine.runner.prepare([ForwardItem([7], [5], [0, 1], 5, [0])])
-    assert one.input_ids.tolist() == [7, 0] and one.num_rows == 1
-    assert one.attn.slot_mapping.tolist() == [5, bf16.engine.runner.pad_slot]
-    two = bf16.engine.runner.prepare([ForwardItem([7, 8], [5, 6], [0, 1], 5, [1])])
-    assert two.input_ids.tolist() == [7, 8]  # only one-token steps are padded
-
-
-@pytest.mark.parametrize("decoding", ["ar", "wedlm", "verified"])
-def test_padded_one_token_steps_change_nothing(tiny_path, decoding):
-    """The padded row is nobody's query and writes only the scratch slot: fp32 with the padding
-    forced gives the unpadded run's tokens, and the same logits to 1e-5."""
-    from wedlm.engine.runner import ForwardItem
-
-    plain = LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=4, device="cpu", autocast=False)
-    padded = LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=4, device="cpu", autocast=False)
-    padded.engine.runner.pad_single_token = True
-    params = SamplingParams(temperature=0.0, max_tokens=12, decoding=decoding, ignore_eos=True)
-    prompts = [[5, 9, 14], [4, 8, 8, 21, 30]]
-    assert [o["token_ids"] for o in padded.generate(prompts, params)] == \
-        [o["token_ids"] for o in plain.generate(prompts, params)]
-    for llm in (plain, padded):  # the same cache rows 0..3, then one cached-context token
-        llm.engine.runner.run([ForwardItem([5, 9, 14, 20], [0, 1, 2, 3], [0, 1], 0, [3])])
-    a = plain.engine.runner.run([ForwardItem([11], [4], [0, 1], 4, [0])])[0].logits
-    b = padded.engine.runner.run([ForwardItem([11], [4], [0, 1], 4, [0])])[0].logits
-    finite = torch.isfinite(a)
-    assert torch.equal(finite, torch.isfinite(b)) and torch.allclose(a[finite], b[finite], atol=1e-5)
+    precast = LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=4, device="cpu", autocast=True)
+    reference = LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=4, device="cpu", autocast=True)
+    reference.engine.runner.model = optimize_for_inference(load_model(str(tiny_path)).eval())
+    model = precast.engine.runner.model
+    assert isinstance(model.lm_head, PrecastLinear) and model.lm_head.weight16.dtype == torch.bfloat16
+    assert model.model.layers[0].self_attn.qkv_weight.dtype == torch.bfloat16
+    assert model.model.layers[0].mlp.gate_up_weight.dtype == torch.bfloat16
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    assert precast.engine.runner.kv_cache.k[0].dtype == torch.float32
+    items = [ForwardItem([5, 9, 14, 20], [0, 1, 2, 3], [0], 0, [0, 1, 2, 3])]
+    a = precast.engine.runner.run(items)[0].logits
+    b = reference.engine.runner.run(items)[0].logits
+    assert torch.equal(a, b)
+    params = SamplingParams(temperature=0.0, max_tokens=8, decoding="wedlm", ignore_eos=True)
+    assert precast.generate([[5, 9, 14]], params)[0]["token_ids"] == \
+        reference.generate([[5, 9, 14]], params)[0]["token_ids"]

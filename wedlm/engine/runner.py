@@ -12,10 +12,7 @@ else, so a greedy AR step costs a single device sync).
 With `enforce_eager=False` the forward is `compiled.CompiledForward` and every
 size of the step is padded up to a shape bucket (`buckets.py`): padded tokens
 write their K/V into a scratch block past the engine's blocks (`pad_slot`) and
-are nobody's query; padded logit rows are dropped. Eager runs unpadded, except
-that under bf16 (autocast, or bf16 weights on a CPU) a one-token step is padded to
-two tokens: a one-row bf16 matrix product is slower than a two-row one on CPUs
-with bf16 units (docs/engine.md, "Precision on a CPU with bf16 units").
+are nobody's query; padded logit rows are dropped. Eager runs unpadded.
 """
 
 from __future__ import annotations
@@ -27,7 +24,7 @@ import torch
 from ..model import KVCache, PagedAttention, Padding, QwenForCausalLM, SequenceSlice
 from .buckets import StepShape
 from .compiled import CompiledForward, forward_logits
-from .fast_model import optimize_for_inference
+from .fast_model import optimize_for_inference, precast_for_autocast
 from .sampling import RowScores, SoftmaxRows
 
 
@@ -96,6 +93,8 @@ class ModelRunner:
                  enforce_eager: bool = True, autocast: torch.dtype | None = None) -> None:
         cfg = model.config
         self.model = optimize_for_inference(model) if fast_path else model
+        if fast_path and autocast is not None:  # no per-forward weight casts (fast_model.py)
+            precast_for_autocast(self.model, autocast)
         self.device = model.device
         # [MASK] is an input symbol, never an output: its logit column is -inf in every row
         # returned, for every decoder and the AR head. The engine sets its one [MASK] id here.
@@ -106,8 +105,6 @@ class ModelRunner:
                                 cfg.head_dim, model.dtype, self.device)
         self.pad_slot = num_blocks * block_size
         self.compiled = None if enforce_eager else CompiledForward(self.device, self.kv_cache.k + self.kv_cache.v)
-        # eager one-token steps padded to two under bf16 on a CPU (see the module docstring)
-        self.pad_single_token = self.device.type == "cpu" and (autocast is not None or model.dtype == torch.bfloat16)
 
     @staticmethod
     def kv_bytes_per_block(model: QwenForCausalLM, block_size: int) -> int:
@@ -151,10 +148,6 @@ class ModelRunner:
             ids += [0] * (shape.tokens - offset)
             pos += [0] * (shape.tokens - offset)
             rows += [0] * (shape.rows - num_rows)
-        elif self.pad_single_token and offset == 1:
-            pad = Padding(2, 1, 2, max_kv, self.pad_slot)
-            ids.append(0)
-            pos.append(0)
         device = self.device
         input_ids = torch.tensor(ids, dtype=torch.int64, device=device)
         positions = torch.tensor(pos, dtype=torch.int64, device=device)
