@@ -11,13 +11,14 @@ per-op overhead, not FLOPs. `optimize_for_inference` swaps, in place:
 
 The fused weights are plain tensors whose row slices become the original
 parameters (views), so memory does not grow and the state dict is unchanged.
+Apply it after the model is on its device (the fused tensors are not
+parameters and do not follow `.to()`).
 
 Under bf16 autocast, `precast_for_autocast` also keeps a bf16 copy of every matmul
 weight: torch.autocast otherwise casts each fp32 weight to bf16 in every forward
 (its cast cache lives for one autocast region), which made a one-slot forward
-1.4-2.1x slower than fp32 on an AMX CPU. Same rounding, so the same logits.
-Apply it after the model is on its device (the fused tensors are not
-parameters and do not follow `.to()`).
+1.4-2.1x slower than fp32 on an AMX CPU (docs/engine.md). Same rounding, so the
+same logits.
 `tests/engine/test_fast_model.py` checks that logits match the reference.
 """
 
@@ -89,7 +90,7 @@ class FusedSwiGLU(SwiGLU):
 
 
 class PrecastLinear(nn.Linear):
-    """nn.Linear whose matmul reads a bf16 copy of its weight and bias (`weight16`, `bias16`)."""
+    """nn.Linear whose matmul reads a low-precision copy of its weight and bias (`weight16`, `bias16`)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight16, self.bias16)
