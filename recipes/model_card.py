@@ -185,6 +185,11 @@ def data_rows(cfg_path: Path) -> list[str]:
     return rows
 
 
+def config_rows(*names: str) -> dict[str, str]:
+    """{name: the data table of configs/tiny_wedlm_{name}.yaml} for the DATA_V* templates."""
+    return {k: "\n".join(data_rows(REPO / "configs" / f"tiny_wedlm_{k}.yaml")) for k in names}
+
+
 def main(argv: list[str] | None = None) -> int:
     from recipes.eval_wedlm_tiny import markdown  # noqa: E402  (script module next to this one)
 
@@ -274,11 +279,9 @@ def main(argv: list[str] | None = None) -> int:
                        simple="\n".join(data_rows(REPO / "configs" / "tiny_wedlm_simple.yaml")),
                        mix="\n".join(data_rows(REPO / "configs" / "tiny_wedlm_mix.yaml")),
                        forms=DATA_FORMS.format(rows="\n".join(data_rows(REPO / "configs" / "tiny_wedlm_forms.yaml")))
-                       if "wedlm-forms" in names else "") if v4 else "") + (DATA_V5.format(**{
-                           k: "\n".join(data_rows(REPO / "configs" / f"tiny_wedlm_{k}.yaml"))
-                           for k in ("tens10", "tens", "tens2", "tens3")}) if v5 else "") + (DATA_V6.format(**{
-                           k: "\n".join(data_rows(REPO / "configs" / f"tiny_wedlm_{k}.yaml"))
-                           for k in ("tens5", "tens6", "tens7")}) if v6 else ""),
+                       if "wedlm-forms" in names else "") if v4 else "") + (DATA_V5.format(**config_rows("tens10", "tens", "tens2", "tens3"))
+                                          if v5 else "") + (DATA_V6.format(**config_rows("tens5", "tens6", "tens7"))
+                                                            if v6 else ""),
         can_do=CAN_DO_V6 if v6 else CAN_DO_V5 if v5 else CAN_DO_V4 if v4 else CAN_DO_V3, lineage=LINEAGE_V6 if v6 else LINEAGE_V5 if v5 else LINEAGE_V4.format(
             forms=(", and a third at a lower learning rate with more arithmetic and list operations and "
                    "short ranges of every counting form" if "wedlm-forms" in names else ""),
@@ -367,7 +370,7 @@ LINEAGE_V6 = """This is version 6 of the shipped weights: version 5 (below) cont
 suffix masking (`suffix_mask_prob: 0.5`, docs/training.md, "Suffix masking: version 6"). In half of the
 prediction-stream blocks the masked tokens are the block's LAST round(gamma * n) tokens instead of
 a random subset: the shape streaming decoding shows its leftmost mask (the committed prefix and
-nothing to its right), which the paper's random draw almost never trains mid-block. Same counts,
+nothing to its right), which the paper's random draw seldom trains. Same counts,
 same 1/gamma weights; not in the paper. Version 5 (version 4 was never shipped) continued version
 3 with the `V4=1` stages (1-6-term "Count from A to B." records, then mixes that bring every task
 back) and the `V5=1` stages (steps of 10 alone with the AR stop weighted 20x, then mixes of ranges

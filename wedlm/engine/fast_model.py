@@ -108,27 +108,27 @@ def precast_for_autocast(model: QwenForCausalLM, dtype: torch.dtype) -> QwenForC
     """
     if model.dtype != torch.float32:
         return model
+    fused_parts = {id(lin) for module in model.modules() for lin in _fused_projections(module)}
     for module in model.modules():
         if isinstance(module, FusedQKVAttention) and module.qkv_weight.dtype != dtype:
             module.qkv_weight = module.qkv_weight.to(dtype)
             module.qkv_bias = None if module.qkv_bias is None else module.qkv_bias.to(dtype)
         elif isinstance(module, FusedSwiGLU) and module.gate_up_weight.dtype != dtype:
             module.gate_up_weight = module.gate_up_weight.to(dtype)
-        elif type(module) is nn.Linear and not _fused_part(model, module):
+        elif type(module) is nn.Linear and id(module) not in fused_parts:
             module.weight16 = module.weight.detach().to(dtype)
             module.bias16 = None if module.bias is None else module.bias.detach().to(dtype)
             module.__class__ = PrecastLinear
     return model
 
 
-def _fused_part(model: QwenForCausalLM, linear: nn.Linear) -> bool:
-    """True for a q/k/v or gate/up projection (its matmul runs through the fused weight)."""
-    for module in model.modules():
-        if isinstance(module, FusedQKVAttention) and any(linear is m for m in (module.q_proj, module.k_proj, module.v_proj)):
-            return True
-        if isinstance(module, FusedSwiGLU) and any(linear is m for m in (module.gate_proj, module.up_proj)):
-            return True
-    return False
+def _fused_projections(module: nn.Module) -> tuple[nn.Linear, ...]:
+    """The q/k/v or gate/up projections whose matmul runs through `module`'s fused weight."""
+    if isinstance(module, FusedQKVAttention):
+        return module.q_proj, module.k_proj, module.v_proj
+    if isinstance(module, FusedSwiGLU):
+        return module.gate_proj, module.up_proj
+    return ()
 
 
 def _fuse_params(params: list[torch.Tensor]) -> torch.Tensor:

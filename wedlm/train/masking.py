@@ -87,9 +87,6 @@ def draw_masks(row: PackedRow, block_size: int, generator: torch.Generator,
     most of them in blocks with gamma near 1 (docs/training.md, "Suffix masking"). The
     draws of `suffix_prob` come after all others, so 0 reproduces the official draw exactly.
 
-    Raises:
-        ValueError: `suffix_prob` outside [0, 1].
-
     As in the official trainer (Tencent/WeDLM `finetune/src/masking.py`), a block whose
     round(gamma * n) is 0 masks nothing and contributes no loss. So every masked token has
     gamma * n >= 0.5 and its weight 1/gamma is at most 2n (forcing one masked token with a
@@ -99,13 +96,16 @@ def draw_masks(row: PackedRow, block_size: int, generator: torch.Generator,
     n = 32): every token keeps the same expected weight, so the loss is unbiased up to a
     per-block scale (tests/train/test_masking.py). Tokens with `row.maskable` False (SFT prompts,
     padding) are never masked.
+
+    Raises:
+        ValueError: `suffix_prob` outside [0, 1].
     """
+    if not 0.0 <= suffix_prob <= 1.0:
+        raise ValueError(f"suffix_prob must be in [0, 1], got {suffix_prob}")
     blocks = block_ids(row, block_size)
     n_blocks = int(blocks[-1]) + 1
     gammas = 1.0 - torch.rand(n_blocks, generator=generator)  # U(0, 1]
     scores = torch.rand(len(blocks), generator=generator)
-    if not 0.0 <= suffix_prob <= 1.0:
-        raise ValueError(f"suffix_prob must be in [0, 1], got {suffix_prob}")
     suffix = (torch.rand(n_blocks, generator=generator) < suffix_prob if suffix_prob > 0
               else torch.zeros(n_blocks, dtype=torch.bool))
     masked = torch.zeros(len(blocks), dtype=torch.bool)
