@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from wedlm import LLM, SamplingParams
-from wedlm.engine.config import resolve_autocast
+from wedlm.engine.config import precision_line, resolve_autocast
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 
@@ -21,6 +21,32 @@ CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 ])
 def test_resolve_autocast(requested, device, dtype, flags, expected):
     assert resolve_autocast(requested, device, dtype, flags) is expected
+
+
+@pytest.mark.parametrize("requested,hidden,expected,why", [
+    (None, 192, None, "no autocast (auto: hidden size 192 < 512, fp32 is as fast)"),
+    (None, 511, None, "no autocast (auto: hidden size 511 < 512, fp32 is as fast)"),
+    (None, 512, torch.bfloat16, "bf16 autocast (auto: CPU has bf16 matrix units)"),
+    (None, 4096, torch.bfloat16, "bf16 autocast (auto: CPU has bf16 matrix units)"),
+    (True, 192, torch.bfloat16, "bf16 autocast (forced)"),
+    (False, 4096, None, "no autocast (off)"),
+])
+def test_automatic_autocast_needs_a_hidden_size_of_512(requested, hidden, expected, why):
+    flags = {"amx_bf16"}
+    assert resolve_autocast(requested, CPU, "float32", flags, hidden_size=hidden) is expected
+    assert precision_line("float32", requested, CPU, hidden, flags) == f"float32 weights, {why}"
+    assert precision_line("float32", None, CPU, hidden, {"avx2"}) == \
+        "float32 weights, no autocast (auto: no bf16 matrix units)"
+
+
+def test_engine_reports_the_size_rule(tiny_path, monkeypatch):
+    """The tiny test model (hidden size below 512) stays fp32 under automatic precision even on
+    a CPU with bf16 units."""
+    monkeypatch.setenv("WEDLM_CPU_BF16", "1")
+    llm = LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=4, device="cpu")
+    hidden = llm.engine.model.config.hidden_size
+    assert hidden < 512 and llm.engine.runner.autocast is None
+    assert llm.engine.precision == f"float32 weights, no autocast (auto: hidden size {hidden} < 512, fp32 is as fast)"
 
 
 def test_forced_autocast_needs_float32_weights():

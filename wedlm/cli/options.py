@@ -76,7 +76,7 @@ def add_speed_args(parser: argparse.ArgumentParser | argparse._ArgumentGroup) ->
                              "time); default: the engine's (eager)")
     parser.add_argument("--autocast", action=argparse.BooleanOptionalAction, default=None,
                         help="bf16 autocast of float32 weights; default: automatic (on for a CPU with native "
-                             "bf16 matrix units, AMX / AVX512-BF16)")
+                             "bf16 matrix units, AMX / AVX512-BF16, and a model of hidden size >= 512)")
 
 
 def add_sampling_args(parser: argparse.ArgumentParser, max_tokens: int | None = None) -> None:

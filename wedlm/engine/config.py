@@ -16,6 +16,11 @@ from ..hardware import cpu_has_bf16_units
 
 DEFAULT_MAX_MODEL_LEN = 4096
 CPU_KV_BUDGET_BYTES = 4 << 30
+# Automatic CPU autocast starts at this hidden size. Measured on a 2-core AMX Xeon (docs/engine.md,
+# "Precision on a CPU with AMX"): at hidden 192 fp32 was as fast per forward and engine `ar` ran
+# 1.2-1.9x transformers in fp32 against 0.7-1.3x under bf16; at hidden 512 and 1024 bf16 was as
+# fast at one slot and 1.7-2.3x faster at 16 slots.
+AUTOCAST_MIN_HIDDEN = 512
 
 
 @dataclass(slots=True)
@@ -44,8 +49,9 @@ class EngineConfig:
         enforce_eager: run the forward eagerly (the reference path); False = `torch.compile`d
             forward on shape buckets, plus CUDA graphs of decode steps on CUDA (`compiled.py`).
         autocast: bf16 autocast of float32 weights. None = automatic: on for a CPU with
-            native bf16 matrix units (AMX / AVX512-BF16, `wedlm.hardware.cpu_has_bf16_units`),
-            off otherwise; True forces it, False turns it off.
+            native bf16 matrix units (AMX / AVX512-BF16, `wedlm.hardware.cpu_has_bf16_units`)
+            and a model of hidden size >= AUTOCAST_MIN_HIDDEN (512), off otherwise; True forces
+            it, False turns it off.
     """
 
     model: str
@@ -95,34 +101,47 @@ def resolve_device(device: str | None) -> torch.device:
 
 
 def resolve_autocast(requested: bool | None, device: torch.device, dtype: str,
-                     flags: set[str] | None = None) -> torch.dtype | None:
+                     flags: set[str] | None = None, hidden_size: int | None = None) -> torch.dtype | None:
     """The autocast dtype of the forward: torch.bfloat16 or None (the weights' dtype).
 
     `requested` None picks bf16 for float32 weights on a CPU with native bf16 matrix units
-    (`flags`: /proc/cpuinfo's by default), else None; True forces bf16; False gives None.
+    (`flags`: /proc/cpuinfo's by default) when the model's `hidden_size` is at least
+    AUTOCAST_MIN_HIDDEN (512; None = size unknown, counts as large), else None; True forces
+    bf16; False gives None.
 
     Raises:
         ValueError: autocast=True with weights that are not float32 (names the dtype).
     """
+    return _autocast_choice(requested, device, dtype, flags, hidden_size)[0]
+
+
+def _autocast_choice(requested, device, dtype, flags, hidden_size) -> tuple[torch.dtype | None, str]:
     if requested is False:
-        return None
+        return None, "off"
     if dtype != "float32":
         if requested:
             raise ValueError(f"autocast=True needs float32 weights, got dtype={dtype!r}")
-        return None
-    if requested is None and (device.type != "cpu" or not cpu_has_bf16_units(flags)):
-        return None
-    return torch.bfloat16
+        return None, "off"
+    if requested:
+        return torch.bfloat16, "forced"
+    if device.type != "cpu" or not cpu_has_bf16_units(flags):
+        return None, "auto: no bf16 matrix units"
+    if hidden_size is not None and hidden_size < AUTOCAST_MIN_HIDDEN:
+        return None, f"auto: hidden size {hidden_size} < {AUTOCAST_MIN_HIDDEN}, fp32 is as fast"
+    return torch.bfloat16, "auto: CPU has bf16 matrix units"
 
 
-def precision_line(dtype: str, autocast: torch.dtype | None, requested: bool | None) -> str:
-    """What the forward computes in, for logs and reports, e.g.
-    "float32 weights, bf16 autocast (auto: CPU has bf16 matrix units)"."""
-    if autocast is None:
-        why = "off" if requested is False else "auto: no bf16 matrix units" if dtype == "float32" else "off"
-        return f"{dtype} weights, no autocast ({why})"
-    why = "forced" if requested else "auto: CPU has bf16 matrix units"
-    return f"{dtype} weights, bf16 autocast ({why})"
+def precision_line(dtype: str, requested: bool | None, device: torch.device,
+                   hidden_size: int | None = None, flags: set[str] | None = None) -> str:
+    """What the forward computes in and why (the choice of `resolve_autocast` with the same
+    arguments), for logs and reports, e.g. "float32 weights, bf16 autocast (auto: CPU has bf16
+    matrix units)" or "float32 weights, no autocast (auto: hidden size 192 < 512, fp32 is as fast)".
+
+    Raises:
+        ValueError: as `resolve_autocast`.
+    """
+    autocast, why = _autocast_choice(requested, device, dtype, flags, hidden_size)
+    return f"{dtype} weights, {'bf16 autocast' if autocast is not None else 'no autocast'} ({why})"
 
 
 def resolve_max_model_len(requested: int | None, max_position_embeddings: int) -> int:

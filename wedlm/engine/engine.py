@@ -57,10 +57,12 @@ class Engine:
         self.window_size = config.window_size or self.model_defaults["wedlm_window_size"]
         device = resolve_device(config.device)
         dtype = config.dtype or ("bfloat16" if device.type == "cuda" else "float32")
-        autocast = None if config.tensor_parallel_size > 1 else resolve_autocast(config.autocast, device, dtype)
-        self.precision = precision_line(dtype, autocast, config.autocast)  # what the forward computes in
         self.model = load_engine_model(config, device, dtype)
         cfg = self.model.config
+        tp = config.tensor_parallel_size > 1
+        autocast = None if tp else resolve_autocast(config.autocast, device, dtype, hidden_size=cfg.hidden_size)
+        # what the forward computes in
+        self.precision = precision_line(dtype, False if tp else config.autocast, device, cfg.hidden_size)
         try:
             self.tokenizer = load_tokenizer(config.model)
         except FileNotFoundError:

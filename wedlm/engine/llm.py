@@ -41,7 +41,7 @@ class LLM:
             on shape buckets (CPU inductor; CUDA adds CUDA graphs of decode steps). The first
             steps then compile (logged with their time); tokens are the same either way.
         autocast: bf16 autocast of float32 weights: None = automatic (on for a CPU with native
-            bf16 matrix units, off otherwise; `engine.precision` says which ran), True / False
+            bf16 matrix units and hidden size >= 512, off otherwise; `engine.precision` says which ran), True / False
             force it on / off.
 
     Raises:
