@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from wedlm.testing import make_hf_checkpoint
-from wedlm.train.grow import grow, grow_state_dict
+from wedlm.train.grow import grow, grow_config, grow_state_dict
+from wedlm.train.trainer import lineage
 
 
 def test_grown_model_has_twice_the_layers_and_the_same_logits(tmp_path):
@@ -37,3 +38,15 @@ def test_grow_refuses_layers_it_cannot_start_as_identity():
         grow_state_dict({"model.layers.0.self_attn.o_proj.weight": w}, 1)
     with pytest.raises(ValueError, match="num_hidden_layers"):
         grow_state_dict({"model.layers.3.mlp.down_proj.weight": w}, 2)
+
+
+def test_grow_records_itself_in_the_lineage(tmp_path):
+    first = {"stage": "ar", "steps": 10, "tokens": 40}
+    config = {"num_hidden_layers": 4, "wedlm_training": {"stage": "wedlm", "run": "b", "steps": 7, "lineage": [first]}}
+    grown = grow_config(config)
+    assert grown["num_hidden_layers"] == 8 and config["num_hidden_layers"] == 4
+    assert grown["wedlm_training"] == {"stage": "grow", "layers": [4, 8], "steps": 0, "tokens": 0,
+                                       "lineage": [first, {"stage": "wedlm", "run": "b", "steps": 7}]}
+    (tmp_path / "config.json").write_text(json.dumps(grown))
+    assert [r["stage"] for r in lineage(str(tmp_path))] == ["ar", "wedlm", "grow"]
+    assert "wedlm_training" not in grow_config({"num_hidden_layers": 2})

@@ -63,10 +63,17 @@ def grow_config(config: dict) -> dict:
     """config.json of the grown model: `num_hidden_layers` doubled, per-layer fields of
     transformers configs kept per layer (`layer_types`: each entry twice; `max_window_layers`,
     the first layer index of sliding-window attention: doubled, so the same original layers use
-    it)."""
+    it). A training record (`wedlm_training`, see `wedlm.train.trainer.lineage`) becomes a
+    "grow" record whose lineage ends with the source's own record, so the stages trained from
+    the grown model carry the whole history, the growth included."""
     config = dict(config)
     n = int(config["num_hidden_layers"])
     config["num_hidden_layers"] = 2 * n
+    meta = config.get("wedlm_training")
+    if isinstance(meta, dict):
+        own = {k: v for k, v in meta.items() if k != "lineage"}
+        config["wedlm_training"] = {"stage": "grow", "layers": [n, 2 * n], "steps": 0, "tokens": 0,
+                                    "lineage": [*meta.get("lineage", []), own]}
     if isinstance(config.get("layer_types"), list):
         config["layer_types"] = [t for t in config["layer_types"] for _ in (0, 1)]
     if isinstance(config.get("max_window_layers"), int):
