@@ -41,7 +41,10 @@ STAGES = [("ar", "AR training from scratch (next-token loss on answers)", "confi
           ("wedlm-tens5", "suffix masking in half of the blocks, mask-stream stop 40x (`V6=1`)",
            "configs/tiny_wedlm_tens5.yaml"),
           ("wedlm-tens6", "more of the same on unseen records, lr 5e-4 (`V6=1`)", "configs/tiny_wedlm_tens6.yaml"),
-          ("wedlm-tens7", "short ranges of every form doubled, lr 3e-4 (`V6=1`)", "configs/tiny_wedlm_tens7.yaml")]
+          ("wedlm-tens7", "short ranges of every form doubled, lr 3e-4 (`V6=1`)", "configs/tiny_wedlm_tens7.yaml"),
+          ("wedlm-deep", "grown to 8 layers (new layers start as identities), the version 6 mix on unseen "
+           "records, bf16 (`V7=1`)", "configs/tiny_wedlm_deep.yaml"),
+          ("wedlm-deep2", "more of the same on unseen records (`V7=1`)", "configs/tiny_wedlm_deep2.yaml")]
 
 
 def stages_run(run: Path) -> list[tuple[str, str, str]]:
@@ -231,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     v4 = "wedlm-mix" in names
     v5 = "wedlm-tens3" in names
     v6 = "wedlm-tens7" in names
+    v7 = "wedlm-deep" in names
     train_cfg = json.loads((run / here[0] / "train_config.json").read_text())
     tune_line = "not run"
     if tune and not tune.get("best"):
@@ -281,8 +285,9 @@ def main(argv: list[str] | None = None) -> int:
                        forms=DATA_FORMS.format(rows="\n".join(data_rows(REPO / "configs" / "tiny_wedlm_forms.yaml")))
                        if "wedlm-forms" in names else "") if v4 else "") + (DATA_V5.format(**config_rows("tens10", "tens", "tens2", "tens3"))
                                           if v5 else "") + (DATA_V6.format(**config_rows("tens5", "tens6", "tens7"))
-                                                            if v6 else ""),
-        can_do=CAN_DO_V6 if v6 else CAN_DO_V5 if v5 else CAN_DO_V4 if v4 else CAN_DO_V3, lineage=LINEAGE_V6 if v6 else LINEAGE_V5 if v5 else LINEAGE_V4.format(
+                                                            if v6 else "")
+        + (DATA_V7.format(**config_rows("deep", "deep2")) if v7 else ""),
+        can_do=CAN_DO_V6 if v6 else CAN_DO_V5 if v5 else CAN_DO_V4 if v4 else CAN_DO_V3, lineage=LINEAGE_V7 if v7 else LINEAGE_V6 if v6 else LINEAGE_V5 if v5 else LINEAGE_V4.format(
             forms=(", and a third at a lower learning rate with more arithmetic and list operations and "
                    "short ranges of every counting form" if "wedlm-forms" in names else ""),
             v4_stages="5, 6 and 7" if "wedlm-forms" in names else "5 and 6") if v4 else LINEAGE_V3 if continued else LINEAGE_V2,
@@ -395,6 +400,35 @@ The `V6=1` stages read the mixes written by the `--mix` commands in the headers 
 and `configs/tiny_wedlm_tens7.yaml`:
 
 {tens7}
+"""
+
+LINEAGE_V7 = """This is version 7 of the shipped weights: version 6 grown from 4 to 8 layers (`python -m
+wedlm.train.grow`: every layer is followed by a copy of itself whose attention output and MLP down
+projections are zero, so the grown model starts with version 6's logits), then trained for two
+stages on unseen records of version 6's last mix (bf16 autocast on a CPU with AMX). Version 6
+continued version 5 for three stages with suffix masking (`suffix_mask_prob: 0.5`, docs/training.md,
+"Suffix masking: version 6"): in half of the prediction-stream blocks the masked tokens are the
+block's LAST round(gamma * n) tokens instead of a random subset, the shape streaming decoding shows
+its leftmost mask, which the paper's random draw seldom trains (same counts, same 1/gamma weights;
+not in the paper). Version 5 (version 4 was never shipped) continued version 3 with stages that
+teach reading the end value B from the prompt and stopping there (1-6-term ranges, steps of 10
+alone with the AR stop weighted 20x, ranges in which an earlier value ends like B, both the AR and
+the mask stream's end targets weighted). Version 3 was a 2.4M model trained from scratch on the
+curriculum with the official mask count per block and 8 learnable `<|im_end|>` after every answer,
+then continued once; version 1 (trained on synthetic text, code and chat on a shared, slowed
+machine) scored near 0% on held-out counting and arithmetic. The older versions are in git
+history. `V7=1 bash recipes/wedlm_tiny.sh` reproduces version 7 from an empty `runs/` folder (about
+540 minutes on 2 quiet cores)."""
+
+DATA_V7 = """
+The `V7=1` stages read the mixes written by the `--mix` commands in the headers of
+`configs/tiny_wedlm_deep.yaml`:
+
+{deep}
+
+and `configs/tiny_wedlm_deep2.yaml`:
+
+{deep2}
 """
 
 LINEAGE_V2 = """This is version 2 of the shipped weights. Version 1 (a 2.4M model of the same shape trained on

@@ -26,6 +26,10 @@
 #      last tokens, the shape streaming decoding shows its leftmost mask (configs/tiny_wedlm_tens5.yaml,
 #      tiny_wedlm_tens6.yaml, tiny_wedlm_tens7.yaml; 700 + 1,200 + 1,000 steps, ~58 min, fp32),
 #      exported over models/wedlm-tiny.
+#  10. only with V7=1 (implies V6=1): depth. Version 6 grown to 8 layers (python -m wedlm.train.grow:
+#      each layer followed by a copy whose o_proj and down_proj are zero, same logits), then two stages
+#      of the version 6 mix on unseen records (configs/tiny_wedlm_deep.yaml, tiny_wedlm_deep2.yaml;
+#      1,000 + 1,000 steps, ~80 min, bf16 autocast), exported over models/wedlm-tiny.
 # Resumable: rerun the same command; finished stages are skipped (their final/ exists) and an
 # interrupted stage continues from its last checkpoint. The run owns both cores: start nothing
 # else meanwhile (tokens/s in runs/wedlm-tiny/*/log.jsonl shows when something does).
@@ -53,6 +57,12 @@ stage() {  # stage NAME COMMAND...: run, timing it into stages.jsonl
   echo "=== [$(date +%T)] stage $name done in $((t1 - t0)) s"
 }
 
+mix_stage() {  # mix_stage NAME CONFIG DATA MIX_JSON: write the stage's mix (once), then train it
+  local name=$1 config=$2 data=$3 mix=$4
+  [ -f "$data" ] || stage "data-$name" $PY -m wedlm.data.curriculum --out "$data" --mix "$mix"
+  stage "$name" $PY -m wedlm.cli.main train --config "$config"
+}
+
 if [ ! -f "$OUT/tokenizer.json" ]; then
   stage tokenizer $PY -m wedlm.data.build --out data --tokenizer-out "$OUT"
 fi
@@ -61,6 +71,7 @@ stage ar      $PY -m wedlm.cli.main train --config configs/tiny_ar.yaml
 [ -f "$RUN/ar-wedlm/config.json" ] || stage convert $PY -m wedlm.cli.main convert "$RUN/ar/final" "$RUN/ar-wedlm"
 stage wedlm   $PY -m wedlm.cli.main train --config configs/tiny_wedlm.yaml
 [ -f "$RUN/wedlm-cont/final/config.json" ] || stage export $PY -m wedlm.train.export "$RUN/wedlm/final" "$OUT"
+[ "${V7:-0}" = 1 ] && V6=1
 [ "${V6:-0}" = 1 ] && V5=1
 [ "${V5:-0}" = 1 ] && V4=1
 [ "${V4:-0}" = 1 ] && CONTINUE=1
@@ -70,40 +81,40 @@ if [ "${CONTINUE:-0}" = 1 ]; then
 fi
 if [ "${V4:-0}" = 1 ]; then
   [ -f data/stop2/simple_stop.jsonl ] || stage data-simple $PY -m wedlm.data.curriculum --out data/stop2 --simple-stop 200000
-  [ -f data/widen/v4mix.jsonl ] || stage data-mix $PY -m wedlm.data.curriculum --out data/widen/v4mix.jsonl --mix \
-    '{"seed": 5, "simple": {"6": 30000, "15": 10000}, "short": {"20": 10000}, "replay": {"count": 5000, "addsub": 25000, "listops": 25000}}'
   stage wedlm-simple $PY -m wedlm.cli.main train --config configs/tiny_wedlm_simple.yaml
-  stage wedlm-mix $PY -m wedlm.cli.main train --config configs/tiny_wedlm_mix.yaml
-  [ -f data/widen/v7mix.jsonl ] || stage data-forms $PY -m wedlm.data.curriculum --out data/widen/v7mix.jsonl --mix \
+  mix_stage wedlm-mix configs/tiny_wedlm_mix.yaml data/widen/v4mix.jsonl \
+    '{"seed": 5, "simple": {"6": 30000, "15": 10000}, "short": {"20": 10000}, "replay": {"count": 5000, "addsub": 25000, "listops": 25000}}'
+  mix_stage wedlm-forms configs/tiny_wedlm_forms.yaml data/widen/v7mix.jsonl \
     '{"seed": 8, "simple": {"6": 20000, "15": 10000}, "simple_forms": {"6": 20000}, "short": {"20": 10000}, "replay": {"count": 5000, "addsub": 30000, "listops": 30000}}'
-  stage wedlm-forms $PY -m wedlm.cli.main train --config configs/tiny_wedlm_forms.yaml
   [ "${V5:-0}" = 1 ] || stage export-v4 $PY -m wedlm.train.export "$RUN/wedlm-forms/final" "$OUT"
 fi
 if [ "${V5:-0}" = 1 ]; then
   [ -f data/widen/tens10.jsonl ] || stage data-tens10 $PY -c "from pathlib import Path; from wedlm.data import curriculum as c; \
 c.write_jsonl(Path('data/widen/tens10.jsonl'), [c.to_chat(e) for e in c.tens_count_examples(45000, 'probe-step10-long')])"
   stage wedlm-tens10 $PY -m wedlm.cli.main train --config configs/tiny_wedlm_tens10.yaml
-  [ -f data/widen/v10mix.jsonl ] || stage data-tens $PY -m wedlm.data.curriculum --out data/widen/v10mix.jsonl --mix \
+  mix_stage wedlm-tens configs/tiny_wedlm_tens.yaml data/widen/v10mix.jsonl \
     '{"seed": 11, "distractor": {"30": 22000}, "simple_forms": {"6": 8000}, "replay": {"count": 6000, "addsub": 25000, "listops": 20000}}'
-  stage wedlm-tens $PY -m wedlm.cli.main train --config configs/tiny_wedlm_tens.yaml
-  [ -f data/widen/v11mix.jsonl ] || stage data-tens2 $PY -m wedlm.data.curriculum --out data/widen/v11mix.jsonl --mix \
+  mix_stage wedlm-tens2 configs/tiny_wedlm_tens2.yaml data/widen/v11mix.jsonl \
     '{"seed": 12, "distractor": {"30": 32000}, "replay": {"count": 3000, "addsub": 6000, "listops": 7000}}'
-  stage wedlm-tens2 $PY -m wedlm.cli.main train --config configs/tiny_wedlm_tens2.yaml
-  [ -f data/widen/v12mix.jsonl ] || stage data-tens3 $PY -m wedlm.data.curriculum --out data/widen/v12mix.jsonl --mix \
+  mix_stage wedlm-tens3 configs/tiny_wedlm_tens3.yaml data/widen/v12mix.jsonl \
     '{"seed": 13, "distractor": {"30": 24000}, "simple_forms": {"6": 6000}, "replay": {"count": 6000, "addsub": 6000, "listops": 8000}}'
-  stage wedlm-tens3 $PY -m wedlm.cli.main train --config configs/tiny_wedlm_tens3.yaml
   [ "${V6:-0}" = 1 ] || stage export-v5 $PY -m wedlm.train.export "$RUN/wedlm-tens3/final" "$OUT"
 fi
 if [ "${V6:-0}" = 1 ]; then
-  [ -f data/widen/v14mix.jsonl ] || stage data-tens5 $PY -m wedlm.data.curriculum --out data/widen/v14mix.jsonl --mix \
+  mix_stage wedlm-tens5 configs/tiny_wedlm_tens5.yaml data/widen/v14mix.jsonl \
     '{"seed": 15, "distractor": {"30": 12000}, "simple_forms": {"6": 4000}, "replay": {"count": 4000, "addsub": 15000, "listops": 10000}}'
-  stage wedlm-tens5 $PY -m wedlm.cli.main train --config configs/tiny_wedlm_tens5.yaml
-  [ -f data/widen/v15mix.jsonl ] || stage data-tens6 $PY -m wedlm.data.curriculum --out data/widen/v15mix.jsonl --mix \
+  mix_stage wedlm-tens6 configs/tiny_wedlm_tens6.yaml data/widen/v15mix.jsonl \
     '{"seed": 16, "distractor": {"30": 14000}, "simple_forms": {"6": 6000}, "replay": {"count": 5000, "addsub": 15000, "listops": 10000}}'
-  stage wedlm-tens6 $PY -m wedlm.cli.main train --config configs/tiny_wedlm_tens6.yaml
-  [ -f data/widen/v16mix.jsonl ] || stage data-tens7 $PY -m wedlm.data.curriculum --out data/widen/v16mix.jsonl --mix \
+  mix_stage wedlm-tens7 configs/tiny_wedlm_tens7.yaml data/widen/v16mix.jsonl \
     '{"seed": 17, "distractor": {"30": 12000}, "simple_forms": {"6": 10000}, "replay": {"count": 5000, "addsub": 12000, "listops": 10000}}'
-  stage wedlm-tens7 $PY -m wedlm.cli.main train --config configs/tiny_wedlm_tens7.yaml
-  stage export-v6 $PY -m wedlm.train.export "$RUN/wedlm-tens7/final" "$OUT"
+  [ "${V7:-0}" = 1 ] || stage export-v6 $PY -m wedlm.train.export "$RUN/wedlm-tens7/final" "$OUT"
+fi
+if [ "${V7:-0}" = 1 ]; then
+  [ -f "$RUN/grow8/model.safetensors" ] || stage grow $PY -m wedlm.train.grow "$RUN/wedlm-tens7/final" "$RUN/grow8"
+  mix_stage wedlm-deep configs/tiny_wedlm_deep.yaml data/widen/v17mix.jsonl \
+    '{"seed": 18, "distractor": {"30": 12000}, "simple_forms": {"6": 10000}, "replay": {"count": 5000, "addsub": 12000, "listops": 10000}}'
+  mix_stage wedlm-deep2 configs/tiny_wedlm_deep2.yaml data/widen/v18mix.jsonl \
+    '{"seed": 19, "distractor": {"30": 12000}, "simple_forms": {"6": 10000}, "replay": {"count": 5000, "addsub": 12000, "listops": 10000}}'
+  stage export-v7 $PY -m wedlm.train.export "$RUN/wedlm-deep2/final" "$OUT"
 fi
 echo "=== recipe done: $OUT"
