@@ -112,3 +112,25 @@ def test_end_weights_raise_only_their_own_loss(make_cfg, train_env, tmp_path, ke
     assert weighted[raised] > plain[raised] * 1.01
     with pytest.raises(ValueError, match=key):
         TrainConfig(**make_cfg(tmp_path / "bad", **{key: 0.0}))
+
+
+def test_cpu_bf16_training_caps_the_onednn_primitive_cache(make_cfg, train_env, tmp_path):
+    """Under CPU bf16 autocast the trainer caps oneDNN's primitive cache (memory grew with every
+    row shape otherwise), unless the user set it; fp32 runs leave the environment alone. Each run
+    is its own process (accelerate fixes the precision once per process)."""
+    def env_after(name, precision, preset=None):
+        cfg = tmp_path / f"{name}.json"
+        cfg.write_text(json.dumps(make_cfg(tmp_path / name, max_steps=1, mixed_precision=precision)))
+        code = ("import json, os, sys; from wedlm.train.config import TrainConfig; from wedlm.train.trainer import train; "
+                "train(TrainConfig(**json.load(open(sys.argv[1])))); "
+                "print('CAP=' + os.environ.get('ONEDNN_PRIMITIVE_CACHE_CAPACITY', 'unset'))")
+        env = {k: v for k, v in os.environ.items() if k != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}
+        if preset:
+            env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = preset
+        out = subprocess.run([sys.executable, "-c", code, str(cfg)], env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout.strip().splitlines()[-1]
+
+    assert env_after("fp32", "no") == "CAP=unset"
+    assert env_after("bf16", "bf16") == "CAP=16"
+    assert env_after("bf16b", "bf16", preset="64") == "CAP=64"
