@@ -193,6 +193,16 @@ def config_rows(*names: str) -> dict[str, str]:
     return {k: "\n".join(data_rows(REPO / "configs" / f"tiny_wedlm_{k}.yaml")) for k in names}
 
 
+def mix_section(flag: str, *names: str) -> str:
+    """The data section of recipe stages that each read the mix written by their config header's
+    `--mix` command: one table per configs/tiny_wedlm_{name}.yaml, in order."""
+    tables = config_rows(*names)
+    parts = [f"{'and ' if i and i == len(names) - 1 else ''}`configs/tiny_wedlm_{name}.yaml`:\n\n{tables[name]}"
+             for i, name in enumerate(names)]
+    return (f"\nThe `{flag}=1` stages read the mixes written by the `--mix` commands in the headers of\n"
+            + "\n\n".join(parts) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     from recipes.eval_wedlm_tiny import markdown  # noqa: E402  (script module next to this one)
 
@@ -284,9 +294,9 @@ def main(argv: list[str] | None = None) -> int:
                        mix="\n".join(data_rows(REPO / "configs" / "tiny_wedlm_mix.yaml")),
                        forms=DATA_FORMS.format(rows="\n".join(data_rows(REPO / "configs" / "tiny_wedlm_forms.yaml")))
                        if "wedlm-forms" in names else "") if v4 else "") + (DATA_V5.format(**config_rows("tens10", "tens", "tens2", "tens3"))
-                                          if v5 else "") + (DATA_V6.format(**config_rows("tens5", "tens6", "tens7"))
+                                          if v5 else "") + (mix_section("V6", "tens5", "tens6", "tens7")
                                                             if v6 else "")
-        + (DATA_V7.format(**config_rows("deep", "deep2")) if v7 else ""),
+        + (mix_section("V7", "deep", "deep2") if v7 else ""),
         can_do=CAN_DO_V6 if v6 else CAN_DO_V5 if v5 else CAN_DO_V4 if v4 else CAN_DO_V3, lineage=LINEAGE_V7 if v7 else LINEAGE_V6 if v6 else LINEAGE_V5 if v5 else LINEAGE_V4.format(
             forms=(", and a third at a lower learning rate with more arithmetic and list operations and "
                    "short ranges of every counting form" if "wedlm-forms" in names else ""),
@@ -387,21 +397,6 @@ on held-out counting and arithmetic. The older versions are in git history.
 `V6=1 bash recipes/wedlm_tiny.sh` reproduces version 6 from an empty `runs/` folder (about 460
 minutes on 2 quiet cores)."""
 
-DATA_V6 = """
-The `V6=1` stages read the mixes written by the `--mix` commands in the headers of
-`configs/tiny_wedlm_tens5.yaml`:
-
-{tens5}
-
-`configs/tiny_wedlm_tens6.yaml`:
-
-{tens6}
-
-and `configs/tiny_wedlm_tens7.yaml`:
-
-{tens7}
-"""
-
 LINEAGE_V7 = """This is version 7 of the shipped weights: version 6 grown from 4 to 8 layers (`python -m
 wedlm.train.grow`: every layer is followed by a copy of itself whose attention output and MLP down
 projections are zero, so the grown model starts with version 6's logits), then trained for two
@@ -419,17 +414,6 @@ then continued once; version 1 (trained on synthetic text, code and chat on a sh
 machine) scored near 0% on held-out counting and arithmetic. The older versions are in git
 history. `V7=1 bash recipes/wedlm_tiny.sh` reproduces version 7 from an empty `runs/` folder (about
 540 minutes on 2 quiet cores)."""
-
-DATA_V7 = """
-The `V7=1` stages read the mixes written by the `--mix` commands in the headers of
-`configs/tiny_wedlm_deep.yaml`:
-
-{deep}
-
-and `configs/tiny_wedlm_deep2.yaml`:
-
-{deep2}
-"""
 
 LINEAGE_V2 = """This is version 2 of the shipped weights. Version 1 (a 2.4M model of the same shape trained on
 synthetic text, CPython stdlib code and chat SFT on a shared, slowed machine) decoded "Count

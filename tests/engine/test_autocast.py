@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from wedlm import LLM, SamplingParams
-from wedlm.engine.config import precision_line, resolve_autocast
+from wedlm.engine.config import resolve_autocast, resolve_precision
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 
@@ -34,8 +34,8 @@ def test_resolve_autocast(requested, device, dtype, flags, expected):
 def test_automatic_autocast_needs_a_hidden_size_of_512(requested, hidden, expected, why):
     flags = {"amx_bf16"}
     assert resolve_autocast(requested, CPU, "float32", flags, hidden_size=hidden) is expected
-    assert precision_line("float32", requested, CPU, hidden, flags) == f"float32 weights, {why}"
-    assert precision_line("float32", None, CPU, hidden, {"avx2"}) == \
+    assert resolve_precision(requested, CPU, "float32", flags, hidden) == (expected, f"float32 weights, {why}")
+    assert resolve_precision(None, CPU, "float32", {"avx2"}, hidden)[1] == \
         "float32 weights, no autocast (auto: no bf16 matrix units)"
 
 

@@ -102,17 +102,31 @@ def resolve_device(device: str | None) -> torch.device:
 
 def resolve_autocast(requested: bool | None, device: torch.device, dtype: str,
                      flags: set[str] | None = None, hidden_size: int | None = None) -> torch.dtype | None:
-    """The autocast dtype of the forward: torch.bfloat16 or None (the weights' dtype).
-
-    `requested` None picks bf16 for float32 weights on a CPU with native bf16 matrix units
-    (`flags`: /proc/cpuinfo's by default) when the model's `hidden_size` is at least
-    AUTOCAST_MIN_HIDDEN (512; None = size unknown, counts as large), else None; True forces
-    bf16; False gives None.
+    """The autocast dtype of the forward: torch.bfloat16 or None (the weights' dtype); the
+    first element of `resolve_precision` with the same arguments.
 
     Raises:
         ValueError: autocast=True with weights that are not float32 (names the dtype).
     """
-    return _autocast_choice(requested, device, dtype, flags, hidden_size)[0]
+    return resolve_precision(requested, device, dtype, flags, hidden_size)[0]
+
+
+def resolve_precision(requested: bool | None, device: torch.device, dtype: str, flags: set[str] | None = None,
+                      hidden_size: int | None = None) -> tuple[torch.dtype | None, str]:
+    """(autocast dtype, what the forward computes in and why) for float32 or low-precision weights.
+
+    `requested` None picks bf16 for float32 weights on a CPU with native bf16 matrix units
+    (`flags`: /proc/cpuinfo's by default) when the model's `hidden_size` is at least
+    AUTOCAST_MIN_HIDDEN (512; None = size unknown, counts as large), else None; True forces
+    bf16; False gives None. The line is for logs and reports, e.g. "float32 weights, bf16
+    autocast (auto: CPU has bf16 matrix units)" or "float32 weights, no autocast (auto: hidden
+    size 192 < 512, fp32 is as fast)".
+
+    Raises:
+        ValueError: autocast=True with weights that are not float32 (names the dtype).
+    """
+    autocast, why = _autocast_choice(requested, device, dtype, flags, hidden_size)
+    return autocast, f"{dtype} weights, {'bf16 autocast' if autocast is not None else 'no autocast'} ({why})"
 
 
 def _autocast_choice(requested, device, dtype, flags, hidden_size) -> tuple[torch.dtype | None, str]:
@@ -129,19 +143,6 @@ def _autocast_choice(requested, device, dtype, flags, hidden_size) -> tuple[torc
     if hidden_size is not None and hidden_size < AUTOCAST_MIN_HIDDEN:
         return None, f"auto: hidden size {hidden_size} < {AUTOCAST_MIN_HIDDEN}, fp32 is as fast"
     return torch.bfloat16, "auto: CPU has bf16 matrix units"
-
-
-def precision_line(dtype: str, requested: bool | None, device: torch.device,
-                   hidden_size: int | None = None, flags: set[str] | None = None) -> str:
-    """What the forward computes in and why (the choice of `resolve_autocast` with the same
-    arguments), for logs and reports, e.g. "float32 weights, bf16 autocast (auto: CPU has bf16
-    matrix units)" or "float32 weights, no autocast (auto: hidden size 192 < 512, fp32 is as fast)".
-
-    Raises:
-        ValueError: as `resolve_autocast`.
-    """
-    autocast, why = _autocast_choice(requested, device, dtype, flags, hidden_size)
-    return f"{dtype} weights, {'bf16 autocast' if autocast is not None else 'no autocast'} ({why})"
 
 
 def resolve_max_model_len(requested: int | None, max_position_embeddings: int) -> int:

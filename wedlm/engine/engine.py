@@ -25,7 +25,7 @@ import time
 from ..tokenizer import load_tokenizer, mask_token_id, stop_token_ids
 from .block_manager import BlockManager
 from .commit import commit_tokens, final_delta, progress_delta
-from .config import (EngineConfig, precision_line, resolve_autocast, resolve_device, resolve_max_model_len,
+from .config import (EngineConfig, resolve_device, resolve_max_model_len, resolve_precision,
                      resolve_num_blocks)
 from .decoders import DECODER_CLASSES, Decoder, WindowPlan
 from .defaults import model_decoding_defaults
@@ -59,10 +59,9 @@ class Engine:
         dtype = config.dtype or ("bfloat16" if device.type == "cuda" else "float32")
         self.model = load_engine_model(config, device, dtype)
         cfg = self.model.config
-        tp = config.tensor_parallel_size > 1
-        autocast = None if tp else resolve_autocast(config.autocast, device, dtype, hidden_size=cfg.hidden_size)
-        # what the forward computes in
-        self.precision = precision_line(dtype, False if tp else config.autocast, device, cfg.hidden_size)
+        # tensor-parallel ranks run without autocast; self.precision: what the forward computes in
+        requested = False if config.tensor_parallel_size > 1 else config.autocast
+        autocast, self.precision = resolve_precision(requested, device, dtype, hidden_size=cfg.hidden_size)
         try:
             self.tokenizer = load_tokenizer(config.model)
         except FileNotFoundError:
