@@ -8,6 +8,7 @@ from wedlm.engine.buckets import StepShape, bucket, key_bucket
 def test_bucket_values():
     assert [bucket(n) for n in (1, 2, 3, 5, 8, 9, 16, 17, 250, 257, 300)] == \
         [2, 2, 4, 8, 8, 16, 16, 24, 256, 320, 320]
+    assert [bucket(n, smallest=1) for n in (1, 2, 3, 9)] == [1, 2, 4, 16]
     assert [key_bucket(n) for n in (1, 64, 65, 512, 513)] == [64, 64, 128, 512, 576]
     with pytest.raises(ValueError, match="must be >= 1"):
         bucket(0)
@@ -15,4 +16,6 @@ def test_bucket_values():
 
 def test_step_shape():
     shape = StepShape.of(tokens=17, batch=1, queries=17, keys=530, rows=0)
-    assert shape == StepShape(tokens=24, batch=2, queries=24, keys=576, rows=2)
+    assert shape == StepShape(tokens=24, batch=1, queries=24, keys=576, rows=2)
+    assert StepShape.of(tokens=1, batch=1, queries=1, keys=1, rows=1) == StepShape(2, 1, 1, 64, 2)
+    assert StepShape.of(tokens=3, batch=3, queries=1, keys=70, rows=3) == StepShape(4, 4, 1, 128, 4)
