@@ -166,9 +166,11 @@ def _score(task: EvalTask, outputs: list[dict]) -> float | None:
 
 
 def _warm_up(systems: list, prompts: list[list[int]], batch_sizes: tuple[int, ...]) -> None:
-    """One short generation per system and batch size (allocator, caches, lazy init)."""
+    """One short generation per system at batch 1 and at each batch size (allocator, caches,
+    lazy init, and every graph of the compiled forward: it compiles one per batch of 1 or more
+    and one query per sequence or more, so a batch shrinking to one needs the batch-1 graphs)."""
     for system in systems:
-        for b in batch_sizes:
+        for b in sorted({1, *batch_sizes}):
             system.generate((prompts * b)[:b], 4)
 
 
