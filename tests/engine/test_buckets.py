@@ -12,6 +12,8 @@ def test_bucket_values():
     assert [key_bucket(n) for n in (1, 64, 65, 512, 513)] == [64, 64, 128, 512, 576]
     with pytest.raises(ValueError, match="must be >= 1"):
         bucket(0)
+    with pytest.raises(ValueError, match="smallest bucket must be 1 or 2, got 3"):
+        bucket(5, smallest=3)
 
 
 def test_step_shape():

@@ -27,10 +27,12 @@ def bucket(n: int, smallest: int = 2) -> int:
     (compiled, one thread, 2026-12-02).
 
     Raises:
-        ValueError: n < 1.
+        ValueError: n < 1, or `smallest` not 1 or 2.
     """
     if n < 1:
         raise ValueError(f"a bucketed size must be >= 1, got {n}")
+    if smallest not in (1, 2):
+        raise ValueError(f"smallest bucket must be 1 or 2, got {smallest}")
     if n <= 8:
         return max(smallest, 1 << (n - 1).bit_length())
     step = 8 if n <= 256 else 64
