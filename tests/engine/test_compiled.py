@@ -13,7 +13,6 @@ from wedlm import LLM, SamplingParams
 from wedlm.engine.defaults import DECODERS
 
 PROMPTS = [[5, 9, 14, 3 + i] for i in range(len(DECODERS))]
-GRAPHS = 2  # the mixed batch (batch > 1, queries > 1), then the last request alone (batch 1)
 
 
 def generate(llm, max_tokens):
@@ -32,9 +31,14 @@ def test_all_decoders_same_tokens_eager_and_compiled(make_llm, compiled_llm):
     compiled = generate(compiled_llm, 10)
     assert compiled == eager
     assert all(len(ids) == 10 + 3 * i for i, ids in enumerate(eager))
+    # AR steps alone, at batch 1 and 2: one query per sequence (batch and queries keep a bucket of 1)
+    ar = SamplingParams(temperature=0.0, max_tokens=6, decoding="ar", ignore_eos=True)
+    for prompts in (PROMPTS[:1], PROMPTS[:2]):
+        assert ([o["token_ids"] for o in compiled_llm.generate(prompts, ar)]
+                == [o["token_ids"] for o in make_llm().generate(prompts, ar)])
     runner = compiled_llm.engine.runner
-    # buckets: one graph per (batch 1 or more, one query or more) seen, never a recompile per step
-    assert runner.compiled is not None and runner.compiled.graphs == GRAPHS
+    # buckets: one graph per (batch 1 or more) x (one query per sequence or more), never one per step
+    assert runner.compiled is not None and runner.compiled.graphs == 4
     assert make_llm().engine.runner.compiled is None
 
 

@@ -1,6 +1,7 @@
 """The vectorised `PagedAttention.build` against a per-token reference loop, and padding
 (`Padding`, the compiled path's shape buckets) that changes no real output and no real cache row."""
 
+import pytest
 import torch
 
 from wedlm.model import KVCache, PagedAttention, Padding, SequenceSlice, load_model
@@ -47,14 +48,27 @@ def run(model, cache, seqs, ids, pos, pad=None):
         return model.hidden_states(ids, pos, meta)[:n]
 
 
-def test_padding_changes_no_output_and_no_real_cache_row(tiny_wedlm):
+# (sequences, positions of their fed tokens, padded sizes): a mixed batch; one sequence with
+# one query (a batch-1 AR step: batch and queries keep a bucket of 1, tokens are padded to 2);
+# three one-query sequences padded to four (a batched AR step).
+PADDING_CASES = {
+    "mixed": ([SequenceSlice([3, 1, 6], 5, 4), SequenceSlice([0, 2], 0, 7)], [5, 6, 7, 8] + list(range(7)),
+              Padding(tokens=16, batch=4, queries=8, keys=64, pad_slot=8 * BS)),
+    "batch1_one_query": ([SequenceSlice([3, 1, 6], 5, 1)], [5], Padding(2, 1, 1, 64, 8 * BS)),
+    "batch3_one_query": ([SequenceSlice([3, 1], 5, 1), SequenceSlice([0], 2, 1), SequenceSlice([6, 7], 7, 1)],
+                         [5, 2, 7], Padding(4, 4, 1, 64, 8 * BS)),
+}
+
+
+@pytest.mark.parametrize("case", list(PADDING_CASES))
+def test_padding_changes_no_output_and_no_real_cache_row(tiny_wedlm, case):
     model = load_model(tiny_wedlm)
     cfg = model.config
-    seqs = [SequenceSlice([3, 1, 6], 5, 4), SequenceSlice([0, 2], 0, 7)]
-    ids = torch.randint(0, 250, (11,), generator=torch.Generator().manual_seed(1))
-    pos = torch.tensor([5, 6, 7, 8] + list(range(7)))
+    seqs, positions, padding = PADDING_CASES[case]
+    ids = torch.randint(0, 250, (len(positions),), generator=torch.Generator().manual_seed(1))
+    pos = torch.tensor(positions)
     caches = []
-    for pad in (None, Padding(tokens=16, batch=4, queries=8, keys=64, pad_slot=8 * BS)):
+    for pad in (None, padding):
         cache = KVCache(cfg.num_hidden_layers, 9, BS, cfg.num_key_value_heads, cfg.head_dim, torch.float32, "cpu")
         for layer in range(cfg.num_hidden_layers):  # the same "earlier" context in both caches
             g = torch.Generator().manual_seed(layer)
@@ -70,3 +84,15 @@ def test_padding_changes_no_output_and_no_real_cache_row(tiny_wedlm):
             a, b = a.view(-1, *a.shape[2:]), b.view(-1, *b.shape[2:])
             assert torch.equal(a[untouched], b[untouched])
             assert torch.allclose(a[:8 * BS], b[:8 * BS], atol=1e-5, rtol=1e-5)
+
+
+def test_padded_batch1_one_query_metadata():
+    """The compiled batch-1 AR step: one real query, one padded token, keys padded to 64."""
+    cache = KVCache(1, 9, BS, 1, 2, torch.float32, "cpu")
+    meta = PagedAttention.build(cache, [SequenceSlice([3, 1, 6], 5, 1)], pad=Padding(2, 1, 1, 64, 8 * BS))
+    assert meta.q_index.tolist() == [[0]] and meta.t_index.tolist() == [0, 0]
+    assert meta.slot_mapping.tolist() == [1 * BS + 1, 8 * BS]  # position 5 -> block 1, row 1; pad token
+    assert meta.kv_slots.shape == (1, 64) and meta.kv_slots[0, 6:].eq(8 * BS).all()
+    assert meta.kv_slots[0, :6].tolist() == [12, 13, 14, 15, 4, 5]
+    assert meta.mask.shape == (1, 1, 1, 64)
+    assert meta.mask[0, 0, 0].tolist() == [True] * 6 + [False] * 58

@@ -24,6 +24,12 @@ log = logging.getLogger("wedlm.engine")
 
 # Steps with at most this many (padded) tokens run as CUDA graphs; larger ones (prefill) compiled only.
 CUDA_GRAPH_MAX_TOKENS = 512
+# torch.compile keeps at most `recompile_limit` graphs per code object (8 by default) and then runs
+# the function uncompiled with only a warning. Every engine's CompiledForward compiles the same
+# `forward_logits`: up to four graphs per model (buckets.py; eight on CUDA, with and without CUDA
+# graphs), so a process with several compiled engines (`wedlm bench --slot-cost` builds three)
+# would pass the default. The limit is raised to at least this, process-wide.
+RECOMPILE_LIMIT = 64
 
 
 def forward_logits(model: QwenForCausalLM, input_ids: torch.Tensor, positions: torch.Tensor,
@@ -68,6 +74,8 @@ class CompiledForward:
     def __init__(self, device: torch.device, kv_tensors: list[torch.Tensor]) -> None:
         self.graphs = 0
         self.compile_s = 0.0
+        dynamo_config = torch._dynamo.config
+        dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)
         self._compiled = torch.compile(forward_logits, dynamic=True)
         self._graphed = None
         for t in kv_tensors:  # fixed shapes: no symbolic sizes to collide with the step's sizes

@@ -119,7 +119,8 @@ class Padding:
     Padded tokens write their K/V into `pad_slot` (a scratch cache row no sequence owns)
     and are no sequence's query; padded batch rows, query columns and key columns are
     hidden by the mask. Real rows' outputs are unchanged. A padded build always carries
-    `q_index`, `t_index` and `mask` (one compiled graph for every batch size).
+    `q_index`, `t_index` and `mask` (one compiled graph for every batch size above 1;
+    batch 1 and one query per sequence are each specialised by torch.compile).
 
     Attributes:
         tokens: >= the real number of tokens.
