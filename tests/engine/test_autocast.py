@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from wedlm import LLM, SamplingParams
-from wedlm.engine.config import resolve_autocast, resolve_precision
+from wedlm.engine.config import resolve_precision
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 
@@ -19,8 +19,8 @@ CPU, CUDA = torch.device("cpu"), torch.device("cuda")
     (True, CPU, "float32", {"avx2"}, torch.bfloat16),
     (False, CPU, "float32", {"amx_bf16"}, None),
 ])
-def test_resolve_autocast(requested, device, dtype, flags, expected):
-    assert resolve_autocast(requested, device, dtype, flags) is expected
+def test_resolve_precision_picks_autocast(requested, device, dtype, flags, expected):
+    assert resolve_precision(requested, device, dtype, flags)[0] is expected
 
 
 @pytest.mark.parametrize("requested,hidden,expected,why", [
@@ -33,7 +33,6 @@ def test_resolve_autocast(requested, device, dtype, flags, expected):
 ])
 def test_automatic_autocast_needs_a_hidden_size_of_512(requested, hidden, expected, why):
     flags = {"amx_bf16"}
-    assert resolve_autocast(requested, CPU, "float32", flags, hidden_size=hidden) is expected
     assert resolve_precision(requested, CPU, "float32", flags, hidden) == (expected, f"float32 weights, {why}")
     assert resolve_precision(None, CPU, "float32", {"avx2"}, hidden)[1] == \
         "float32 weights, no autocast (auto: no bf16 matrix units)"
@@ -51,7 +50,7 @@ def test_engine_reports_the_size_rule(tiny_path, monkeypatch):
 
 def test_forced_autocast_needs_float32_weights():
     with pytest.raises(ValueError, match="autocast=True needs float32 weights"):
-        resolve_autocast(True, CPU, "bfloat16", set())
+        resolve_precision(True, CPU, "bfloat16", set())
 
 
 def test_forced_bf16_autocast_runs_in_bf16_and_stays_close(tiny_path):

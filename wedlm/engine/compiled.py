@@ -26,9 +26,10 @@ log = logging.getLogger("wedlm.engine")
 CUDA_GRAPH_MAX_TOKENS = 512
 # torch.compile keeps at most `recompile_limit` graphs per code object (8 by default) and then runs
 # the function uncompiled with only a warning. Every engine's CompiledForward compiles the same
-# `forward_logits`: up to four graphs per model (buckets.py; eight on CUDA, with and without CUDA
-# graphs), so a process with several compiled engines (`wedlm bench --slot-cost` builds three)
-# would pass the default. The limit is raised to at least this, process-wide.
+# `forward_logits`: up to four graphs per model (buckets.py; seven on CUDA, where the CUDA-graph
+# and the large-step callables compile their own), so a process with several compiled engines
+# (`wedlm bench --slot-cost` builds three) would pass the default. The limit is raised to at
+# least this, process-wide.
 RECOMPILE_LIMIT = 64
 
 

@@ -100,17 +100,6 @@ def resolve_device(device: str | None) -> torch.device:
     return torch.device(device)
 
 
-def resolve_autocast(requested: bool | None, device: torch.device, dtype: str,
-                     flags: set[str] | None = None, hidden_size: int | None = None) -> torch.dtype | None:
-    """The autocast dtype of the forward: torch.bfloat16 or None (the weights' dtype); the
-    first element of `resolve_precision` with the same arguments.
-
-    Raises:
-        ValueError: autocast=True with weights that are not float32 (names the dtype).
-    """
-    return resolve_precision(requested, device, dtype, flags, hidden_size)[0]
-
-
 def resolve_precision(requested: bool | None, device: torch.device, dtype: str, flags: set[str] | None = None,
                       hidden_size: int | None = None) -> tuple[torch.dtype | None, str]:
     """(autocast dtype, what the forward computes in and why) for float32 or low-precision weights.
