@@ -103,6 +103,30 @@ def test_mask_counts_and_loss_weights():
     assert torch.allclose(w[is_mask], 1.0 / draw.gamma[perm][is_mask])
 
 
+def test_first_mask_weight_scales_each_blocks_leftmost_mask():
+    """first_mask_weight=3: the leftmost masked token of each block (all before it in the block
+    observed) weighs 3/gamma, every other masked token 1/gamma; inputs and labels unchanged."""
+    rng = random.Random(4)
+    row = random_row(rng, 96, prompt_frac=0.5)
+    block = 8
+    draw = draw_masks(row, block, torch.Generator().manual_seed(9))
+    plain = build_dual_stream(row, draw, block, MASK)
+    ex = build_dual_stream(row, draw, block, MASK, first_mask_weight=3.0)
+    assert torch.equal(ex.input_ids, plain.input_ids) and torch.equal(ex.labels, plain.labels)
+    perm = reorder_blocks(block_ids(row, block), draw.masked)
+    key = (row.doc_ids * 1000 + row.positions // block).tolist()
+    masked = draw.masked.tolist()
+    expected = torch.zeros(96)
+    seen = set()
+    for i in range(96):  # logical order, one token at a time
+        if masked[i]:
+            expected[i] = (1.0 if key[i] in seen else 3.0) / float(draw.gamma[i])
+            seen.add(key[i])
+    assert len(seen) >= 3 and int(draw.masked.sum()) > len(seen)
+    assert torch.allclose(ex.loss_weights[96:], expected[perm])
+    assert torch.all(ex.loss_weights[:96] == 0)
+
+
 def test_labels_and_prompt_never_masked_or_scored():
     rng = random.Random(11)
     row = random_row(rng, 60, prompt_frac=0.9)

@@ -45,6 +45,7 @@ class TrainConfig:
     num_learnable_im_end: int = 8  # chat data: scored <|im_end|> tokens after each answer (official default 8)
     end_weight: float = 1.0  # AR loss weight of the first <|im_end|> after an answer (the stop decision); 1 = official
     mask_end_weight: float = 1.0  # mask loss weight of masked slots whose target is <|im_end|>; 1 = official
+    first_mask_weight: float = 1.0  # factor on the mask loss of each block's leftmost masked token (slot 0); 1 = official
     suffix_mask_prob: float = 0.0  # share of blocks that mask their last round(gamma*n) tokens; 0 = official
     lr: float = 1e-3
     min_lr: float = 1e-4
@@ -80,6 +81,8 @@ class TrainConfig:
             raise ValueError(f"end_weight must be > 0, got {self.end_weight}")
         if not self.mask_end_weight > 0:
             raise ValueError(f"mask_end_weight must be > 0, got {self.mask_end_weight}")
+        if not self.first_mask_weight > 0:
+            raise ValueError(f"first_mask_weight must be > 0, got {self.first_mask_weight}")
         if not 0.0 <= self.suffix_mask_prob <= 1.0:
             raise ValueError(f"suffix_mask_prob must be in [0, 1], got {self.suffix_mask_prob}")
         if self.end_step is not None and not 1 <= self.end_step <= self.max_steps:

@@ -132,7 +132,25 @@ def reorder_blocks(blocks: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
     return torch.sort(key, stable=True).indices
 
 
-def build_dual_stream(row: PackedRow, draw: MaskDraw, block_size: int, mask_token_id: int) -> DualStreamExample:
+def first_masked(blocks: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+    """bool [L]: the leftmost masked token of each block (logical order).
+
+    Every token before it in its block is observed, so it is the case streaming decoding
+    meets at window slot 0 (distance 0): the [MASK] row right after a clean prefix.
+    `blocks` (int64 [L], ascending) and `masked` (bool [L]) as in `draw_masks`.
+    """
+    out = torch.zeros_like(masked)
+    idx = torch.nonzero(masked).flatten()
+    if len(idx):
+        b = blocks[idx]
+        new = torch.ones_like(b, dtype=torch.bool)
+        new[1:] = b[1:] != b[:-1]
+        out[idx[new]] = True
+    return out
+
+
+def build_dual_stream(row: PackedRow, draw: MaskDraw, block_size: int, mask_token_id: int,
+                      first_mask_weight: float = 1.0) -> DualStreamExample:
     """The dual-stream training row (section 4.2) for one packed row and one mask draw.
 
     Args:
@@ -140,6 +158,9 @@ def build_dual_stream(row: PackedRow, draw: MaskDraw, block_size: int, mask_toke
         draw: which prediction tokens are masked and their block's gamma.
         block_size: B, the prediction-stream block length.
         mask_token_id: id of the [MASK] token.
+        first_mask_weight: factor on the 1/gamma weight of each block's leftmost masked token
+            (`first_masked`, the distance-0 prediction of streaming decoding); 1.0 = the paper.
+            Our option, not in the paper or the official trainer (docs/training.md).
 
     Returns:
         A `DualStreamExample` of 2L slots; see its fields.
@@ -165,7 +186,10 @@ def build_dual_stream(row: PackedRow, draw: MaskDraw, block_size: int, mask_toke
         torch.cat([pred_mem, pred_pred], dim=1),
     ])
 
-    weights_pred = torch.where(draw.masked, 1.0 / draw.gamma.clamp_min(1e-6), torch.zeros(L))[perm]
+    weights = torch.where(draw.masked, 1.0 / draw.gamma.clamp_min(1e-6), torch.zeros(L))
+    if first_mask_weight != 1.0:
+        weights = torch.where(first_masked(blocks, draw.masked), weights * first_mask_weight, weights)
+    weights_pred = weights[perm]
     loss_weights = torch.cat([torch.zeros(L), weights_pred]).float()
     labels = torch.cat([ar_labels(row), torch.where(draw.masked, row.tokens, IGNORE)[perm]])
     return DualStreamExample(input_ids, position_ids, attention_mask, loss_weights, labels)
