@@ -44,7 +44,11 @@ STAGES = [("ar", "AR training from scratch (next-token loss on answers)", "confi
           ("wedlm-tens7", "short ranges of every form doubled, lr 3e-4 (`V6=1`)", "configs/tiny_wedlm_tens7.yaml"),
           ("wedlm-deep", "grown to 8 layers (new layers start as identities), the version 6 mix on unseen "
            "records, bf16 (`V7=1`)", "configs/tiny_wedlm_deep.yaml"),
-          ("wedlm-deep2", "more of the same on unseen records (`V7=1`)", "configs/tiny_wedlm_deep2.yaml")]
+          ("wedlm-deep2", "more of the same on unseen records (`V7=1`)", "configs/tiny_wedlm_deep2.yaml"),
+          ("wedlm-deep3", "more of the same on unseen records (`V8=1`)", "configs/tiny_wedlm_deep3.yaml"),
+          ("wedlm-deep4", "more of the same on unseen records (`V8=1`)", "configs/tiny_wedlm_deep4.yaml"),
+          ("wedlm-deep5", "the leftmost mask of each block weighted 4x (`first_mask_weight`, `V8=1`)",
+           "configs/tiny_wedlm_deep5.yaml")]
 
 
 def stages_run(run: Path) -> list[tuple[str, str, str]]:
@@ -245,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     v5 = "wedlm-tens3" in names
     v6 = "wedlm-tens7" in names
     v7 = "wedlm-deep" in names
+    v8 = [n for n in ("deep3", "deep4", "deep5") if f"wedlm-{n}" in names]
     train_cfg = json.loads((run / here[0] / "train_config.json").read_text())
     tune_line = "not run"
     if tune and not tune.get("best"):
@@ -256,7 +261,9 @@ def main(argv: list[str] | None = None) -> int:
         b = tune["best"]
         within = (f"every task within {100 * tune['slack']:.1f} points of AR" if tune.get("rule") != "closest to AR"
                   else f"no setting kept every task within {100 * tune['slack']:.1f} points of AR, so the pick is the "
-                       f"one closest to AR (its worst task {100 * b['worst_loss']:.1f} points below AR on validation)")
+                       f"one closest to AR (its worst task {100 * b['worst_loss']:.1f} points below AR on validation"
+                       + (f"; worst-task losses within {100 * tune['tie']:.1f} points of the smallest count as equal "
+                          f"(one validation item), the fastest of those wins" if tune.get("tie") else "") + ")")
         tune_line = (f"{len(tune['grid'])} settings on the validation split ({', '.join(f'{k} {v}' for k, v in tune['n'].items())}"
                      f" items); picked W={b['window']}, tau={b['tau']}, lambda={b['lambda']}: "
                      f"{b['tokens_per_forward']:.2f} tokens/forward; {within}")
@@ -296,8 +303,8 @@ def main(argv: list[str] | None = None) -> int:
                        if "wedlm-forms" in names else "") if v4 else "") + (DATA_V5.format(**config_rows("tens10", "tens", "tens2", "tens3"))
                                           if v5 else "") + (mix_section("V6", "tens5", "tens6", "tens7")
                                                             if v6 else "")
-        + (mix_section("V7", "deep", "deep2") if v7 else ""),
-        can_do=CAN_DO_V6 if v6 else CAN_DO_V5 if v5 else CAN_DO_V4 if v4 else CAN_DO_V3, lineage=LINEAGE_V7 if v7 else LINEAGE_V6 if v6 else LINEAGE_V5 if v5 else LINEAGE_V4.format(
+        + (mix_section("V7", "deep", "deep2") if v7 else "") + (mix_section("V8", *v8) if v8 else ""),
+        can_do=CAN_DO_V6 if v6 else CAN_DO_V5 if v5 else CAN_DO_V4 if v4 else CAN_DO_V3, lineage=lineage_v8(v8) if v8 else LINEAGE_V7 if v7 else LINEAGE_V6 if v6 else LINEAGE_V5 if v5 else LINEAGE_V4.format(
             forms=(", and a third at a lower learning rate with more arithmetic and list operations and "
                    "short ranges of every counting form" if "wedlm-forms" in names else ""),
             v4_stages="5, 6 and 7" if "wedlm-forms" in names else "5 and 6") if v4 else LINEAGE_V3 if continued else LINEAGE_V2,
@@ -414,6 +421,20 @@ then continued once; version 1 (trained on synthetic text, code and chat on a sh
 machine) scored near 0% on held-out counting and arithmetic. The older versions are in git
 history. `V7=1 bash recipes/wedlm_tiny.sh` reproduces version 7 from an empty `runs/` folder (about
 540 minutes on 2 quiet cores)."""
+
+def lineage_v8(stages: list[str]) -> str:
+    """Lineage of version 8: version 7 continued by the `V8=1` stages in `stages` (names without
+    the "wedlm-" prefix), then LINEAGE_V7's account of the versions before it."""
+    first = ("; the last weights each block's leftmost masked token 4x in the mask loss "
+             "(`first_mask_weight: 4`: the distance-0 prediction streaming decoding makes at window slot 0; "
+             "not in the paper)") if "deep5" in stages else ""
+    before = LINEAGE_V7.split("history.")[0].replace("This is version 7 of the shipped weights: version 6",
+                                                      "Version 7 was version 6")
+    return (f"This is version 8 of the shipped weights: version 7 trained for {len(stages)} more stages on "
+            f"unseen records of the same mix (bf16 autocast on a CPU with AMX){first}. {before}history. "
+            f"`V8=1 bash recipes/wedlm_tiny.sh` reproduces version 8 from an empty `runs/` folder (about "
+            f"{540 + 40 * len(stages)} minutes on 2 quiet cores).")
+
 
 LINEAGE_V2 = """This is version 2 of the shipped weights. Version 1 (a 2.4M model of the same shape trained on
 synthetic text, CPython stdlib code and chat SFT on a shared, slowed machine) decoded "Count

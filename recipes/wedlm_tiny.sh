@@ -30,6 +30,10 @@
 #      each layer followed by a copy whose o_proj and down_proj are zero, same logits), then two stages
 #      of the version 6 mix on unseen records (configs/tiny_wedlm_deep.yaml, tiny_wedlm_deep2.yaml;
 #      1,000 + 1,000 steps, ~80 min, bf16 autocast), exported over models/wedlm-tiny.
+#  11. only with V8=1 (implies V7=1): three more stages of the same mix on unseen records, the last
+#      with each block's leftmost masked token weighted 4x (configs/tiny_wedlm_deep3.yaml,
+#      tiny_wedlm_deep4.yaml, tiny_wedlm_deep5.yaml; 3 x 1,000 steps, ~120 min, bf16 autocast),
+#      exported over models/wedlm-tiny.
 # Resumable: rerun the same command; finished stages are skipped (their final/ exists) and an
 # interrupted stage continues from its last checkpoint. The run owns both cores: start nothing
 # else meanwhile (tokens/s in runs/wedlm-tiny/*/log.jsonl shows when something does).
@@ -71,6 +75,7 @@ stage ar      $PY -m wedlm.cli.main train --config configs/tiny_ar.yaml
 [ -f "$RUN/ar-wedlm/config.json" ] || stage convert $PY -m wedlm.cli.main convert "$RUN/ar/final" "$RUN/ar-wedlm"
 stage wedlm   $PY -m wedlm.cli.main train --config configs/tiny_wedlm.yaml
 [ -f "$RUN/wedlm-cont/final/config.json" ] || stage export $PY -m wedlm.train.export "$RUN/wedlm/final" "$OUT"
+[ "${V8:-0}" = 1 ] && V7=1
 [ "${V7:-0}" = 1 ] && V6=1
 [ "${V6:-0}" = 1 ] && V5=1
 [ "${V5:-0}" = 1 ] && V4=1
@@ -115,6 +120,13 @@ if [ "${V7:-0}" = 1 ]; then
     '{"seed": 18, "distractor": {"30": 12000}, "simple_forms": {"6": 10000}, "replay": {"count": 5000, "addsub": 12000, "listops": 10000}}'
   mix_stage wedlm-deep2 configs/tiny_wedlm_deep2.yaml data/widen/v18mix.jsonl \
     '{"seed": 19, "distractor": {"30": 12000}, "simple_forms": {"6": 10000}, "replay": {"count": 5000, "addsub": 12000, "listops": 10000}}'
-  stage export-v7 $PY -m wedlm.train.export "$RUN/wedlm-deep2/final" "$OUT"
+  [ "${V8:-0}" = 1 ] || stage export-v7 $PY -m wedlm.train.export "$RUN/wedlm-deep2/final" "$OUT"
+fi
+if [ "${V8:-0}" = 1 ]; then
+  MIX='"distractor": {"30": 12000}, "simple_forms": {"6": 10000}, "replay": {"count": 5000, "addsub": 12000, "listops": 10000}}'
+  mix_stage wedlm-deep3 configs/tiny_wedlm_deep3.yaml data/widen/v19mix.jsonl "{\"seed\": 20, $MIX"
+  mix_stage wedlm-deep4 configs/tiny_wedlm_deep4.yaml data/widen/v20mix.jsonl "{\"seed\": 21, $MIX"
+  mix_stage wedlm-deep5 configs/tiny_wedlm_deep5.yaml data/widen/v21mix.jsonl "{\"seed\": 22, $MIX"
+  stage export-v8 $PY -m wedlm.train.export "$RUN/wedlm-deep5/final" "$OUT"
 fi
 echo "=== recipe done: $OUT"

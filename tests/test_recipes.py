@@ -19,6 +19,11 @@ def test_pick_fastest_within_slack_else_closest_to_ar():
     grid = [_row(0.1, 2.0, 0.03), _row(0.2, 3.0, 0.02), _row(0.4, 5.0, 0.02), _row(0.6, 6.0, 0.10)]
     best, rule = pick(grid)
     assert (best["tau"], rule) == (0.4, "closest to AR")
+    # with a tie margin, a loss one item (here 1/60) above the smallest counts as equal: the faster wins
+    grid = [_row(0.2, 2.0, 4 / 60), _row(0.1, 4.45, 5 / 60), _row(0.2, 6.9, 9 / 60)]
+    assert pick(grid)[0]["tokens_per_forward"] == 2.0
+    assert pick(grid, tie=1 / 60)[0]["tokens_per_forward"] == 4.45
+    assert pick(grid, tie=5 / 60)[0]["tokens_per_forward"] == 6.9
     with pytest.raises(ValueError, match="empty grid"):
         pick([])
 
