@@ -15,6 +15,7 @@ import argparse
 import json
 import shutil
 import sys
+import textwrap
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -430,10 +431,10 @@ def lineage_v8(stages: list[str]) -> str:
              "not in the paper)") if "deep5" in stages else ""
     before = LINEAGE_V7.split("history.")[0].replace("This is version 7 of the shipped weights: version 6",
                                                       "Version 7 was version 6")
-    return (f"This is version 8 of the shipped weights: version 7 trained for {len(stages)} more stages on "
+    return textwrap.fill(f"This is version 8 of the shipped weights: version 7 trained for {len(stages)} more stages on "
             f"unseen records of the same mix (bf16 autocast on a CPU with AMX){first}. {before}history. "
             f"`V8=1 bash recipes/wedlm_tiny.sh` reproduces version 8 from an empty `runs/` folder (about "
-            f"{540 + 40 * len(stages)} minutes on 2 quiet cores).")
+            f"{540 + 40 * len(stages)} minutes on 2 quiet cores).", width=100)
 
 
 LINEAGE_V2 = """This is version 2 of the shipped weights. Version 1 (a 2.4M model of the same shape trained on
