@@ -77,7 +77,11 @@ class CompiledForward:
         self.compile_s = 0.0
         dynamo_config = torch._dynamo.config
         dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)
-        self._compiled = torch.compile(forward_logits, dynamic=True)
+        # On a CPU the graph's calling code is generated as C++ (inductor's `cpp_wrapper`): a
+        # one-token step of the shipped model spends ~0.2 ms in the Python wrapper otherwise
+        # (docs/engine.md, "C++ wrapper"); compiling a graph takes longer instead.
+        options = {"cpp_wrapper": True} if device.type == "cpu" else None
+        self._compiled = torch.compile(forward_logits, dynamic=True, options=options)
         self._graphed = None
         for t in kv_tensors:  # fixed shapes: no symbolic sizes to collide with the step's sizes
             torch._dynamo.mark_static(t)
