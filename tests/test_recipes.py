@@ -135,3 +135,34 @@ def test_stop_probe_groups_values_and_reads_both_heads(tiny_wedlm):
     assert probe["at B"]["ar"] == pytest.approx(float(p[-2]), abs=1e-5)
     assert probe["at B"]["mask"] == pytest.approx(float(p[-1]), abs=1e-5)
     assert probe["at B"]["ar>0.5"] == float(p[-2] > 0.5)
+
+
+def test_recipe_mixes_match_their_config_headers():
+    """Every `mix_stage` of recipes/wedlm_tiny.sh writes exactly the mix its config's header
+    documents (same --out file, same JSON), and the config trains on that file."""
+    import json
+    import re
+    import shlex
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    script = (root / "recipes" / "wedlm_tiny.sh").read_text().replace("\\\n", " ")
+    mix_var = re.search(r"^\s*MIX='(.*)'$", script, re.M)
+    calls = []
+    for line in script.splitlines():
+        words = line.strip()
+        if not words.startswith("mix_stage ") or words.startswith("mix_stage()"):
+            continue
+        args = shlex.split(words)[1:]  # then expand $MIX as bash does inside double quotes
+        calls.append([a.replace("$MIX", mix_var.group(1)) if mix_var else a for a in args])
+    assert len(calls) == 13
+    for name, config, data, mix in calls:
+        text = (root / config).read_text()
+        header = " ".join(line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#"))
+        found = re.search(r"--out (\S+) --mix '(.*?)'", header)
+        assert found, f"{config}: no --mix command in its header"
+        assert found.group(1) == data, (config, found.group(1), data)
+        assert json.loads(found.group(2)) == json.loads(mix), config
+        assert yaml.safe_load(text)["data"] == data, config
