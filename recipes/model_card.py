@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
                   else f"no setting kept every task within {100 * tune['slack']:.1f} points of AR, so the pick is the "
                        f"one closest to AR (its worst task {100 * b['worst_loss']:.1f} points below AR on validation"
                        + (f"; worst-task losses within {100 * tune['tie']:.1f} points of the smallest count as equal "
-                          f"(one validation item), the fastest of those wins" if tune.get("tie") else "") + ")")
+                          f"(by default one item of the smallest task), the fastest of those wins" if tune.get("tie") else "") + ")")
         tune_line = (f"{len(tune['grid'])} settings on the validation split ({', '.join(f'{k} {v}' for k, v in tune['n'].items())}"
                      f" items); picked W={b['window']}, tau={b['tau']}, lambda={b['lambda']}: "
                      f"{b['tokens_per_forward']:.2f} tokens/forward; {within}")
@@ -431,7 +431,8 @@ def lineage_v8(stages: list[str]) -> str:
              "not in the paper)") if "deep5" in stages else ""
     before = LINEAGE_V7.split("history.")[0].replace("This is version 7 of the shipped weights: version 6",
                                                       "Version 7 was version 6")
-    return textwrap.fill(f"This is version 8 of the shipped weights: version 7 trained for {len(stages)} more stages on "
+    more = "1 more stage" if len(stages) == 1 else f"{len(stages)} more stages"
+    return textwrap.fill(f"This is version 8 of the shipped weights: version 7 trained for {more} on "
             f"unseen records of the same mix (bf16 autocast on a CPU with AMX){first}. {before}history. "
             f"`V8=1 bash recipes/wedlm_tiny.sh` reproduces version 8 from an empty `runs/` folder (about "
             f"{540 + 40 * len(stages)} minutes on 2 quiet cores).", width=100)

@@ -42,10 +42,12 @@ def pick(grid: list[dict], tie: float = 0.0) -> tuple[dict, str]:
     worst-task losses within it of the smallest count as equal in the "closest to AR" rule.
 
     Raises:
-        ValueError: an empty grid.
+        ValueError: an empty grid or a negative `tie`.
     """
     if not grid:
         raise ValueError("tune: empty grid")
+    if tie < 0:
+        raise ValueError(f"tune: tie must be >= 0, got {tie}")
     ok = [r for r in grid if r["ok"]]
     if ok:
         return max(ok, key=lambda r: (r["tokens_per_forward"], -r["tau"])), "within slack"

@@ -29,7 +29,7 @@
 #  10. only with V7=1 (implies V6=1): depth. Version 6 grown to 8 layers (python -m wedlm.train.grow:
 #      each layer followed by a copy whose o_proj and down_proj are zero, same logits), then two stages
 #      of the version 6 mix on unseen records (configs/tiny_wedlm_deep.yaml, tiny_wedlm_deep2.yaml;
-#      1,000 + 1,000 steps, ~80 min, bf16 autocast), exported over models/wedlm-tiny.
+#      1,000 + 1,000 steps, ~80 min, bf16 autocast), exported over models/wedlm-tiny (unless V8=1).
 #  11. only with V8=1 (implies V7=1): three more stages of the same mix on unseen records, the last
 #      with each block's leftmost masked token weighted 4x (configs/tiny_wedlm_deep3.yaml,
 #      tiny_wedlm_deep4.yaml, tiny_wedlm_deep5.yaml; 3 x 1,000 steps, ~120 min, bf16 autocast),

@@ -139,25 +139,24 @@ def test_stop_probe_groups_values_and_reads_both_heads(tiny_wedlm):
 
 def test_recipe_mixes_match_their_config_headers():
     """Every `mix_stage` of recipes/wedlm_tiny.sh writes exactly the mix its config's header
-    documents (same --out file, same JSON), and the config trains on that file."""
+    documents (same --out file, same JSON), and the config trains on that file. bash itself
+    expands each call's arguments (quoting and variables as the recipe would run them)."""
     import json
     import re
-    import shlex
+    import subprocess
     from pathlib import Path
 
     import yaml
 
     root = Path(__file__).resolve().parents[1]
     script = (root / "recipes" / "wedlm_tiny.sh").read_text().replace("\\\n", " ")
-    mix_var = re.search(r"^\s*MIX='(.*)'$", script, re.M)
-    calls = []
-    for line in script.splitlines():
-        words = line.strip()
-        if not words.startswith("mix_stage ") or words.startswith("mix_stage()"):
-            continue
-        args = shlex.split(words)[1:]  # then expand $MIX as bash does inside double quotes
-        calls.append([a.replace("$MIX", mix_var.group(1)) if mix_var else a for a in args])
-    assert len(calls) == 13
+    lines = [line.strip() for line in script.splitlines()]
+    variables = [line for line in lines if re.match(r"^[A-Z_]+='", line)]
+    stub = "\n".join(["mix_stage() { printf '%s\\0' \"$@\"; printf '\\n'; }", *variables,
+                      *(line for line in lines if line.startswith("mix_stage "))])
+    out = subprocess.run(["bash", "-c", stub], capture_output=True, text=True, check=True).stdout
+    calls = [call.split("\0")[:-1] for call in out.split("\n") if call]
+    assert len(calls) >= 13 and all(len(c) == 4 for c in calls)
     for name, config, data, mix in calls:
         text = (root / config).read_text()
         header = " ".join(line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#"))

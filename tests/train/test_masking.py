@@ -105,26 +105,46 @@ def test_mask_counts_and_loss_weights():
 
 def test_first_mask_weight_scales_each_blocks_leftmost_mask():
     """first_mask_weight=3: the leftmost masked token of each block (all before it in the block
-    observed) weighs 3/gamma, every other masked token 1/gamma; inputs and labels unchanged."""
-    rng = random.Random(4)
-    row = random_row(rng, 96, prompt_frac=0.5)
+    observed) weighs 3/gamma, every other masked token 1/gamma; inputs and labels unchanged.
+    """
     block = 8
-    draw = draw_masks(row, block, torch.Generator().manual_seed(9))
-    plain = build_dual_stream(row, draw, block, MASK)
-    ex = build_dual_stream(row, draw, block, MASK, first_mask_weight=3.0)
-    assert torch.equal(ex.input_ids, plain.input_ids) and torch.equal(ex.labels, plain.labels)
-    perm = reorder_blocks(block_ids(row, block), draw.masked)
-    key = (row.doc_ids * 1000 + row.positions // block).tolist()
-    masked = draw.masked.tolist()
-    expected = torch.zeros(96)
-    seen = set()
-    for i in range(96):  # logical order, one token at a time
-        if masked[i]:
-            expected[i] = (1.0 if key[i] in seen else 3.0) / float(draw.gamma[i])
-            seen.add(key[i])
-    assert len(seen) >= 3 and int(draw.masked.sum()) > len(seen)
-    assert torch.allclose(ex.loss_weights[96:], expected[perm])
-    assert torch.all(ex.loss_weights[:96] == 0)
+    for seed in range(6):
+        rng = random.Random(4 + seed)
+        row = random_row(rng, 96, prompt_frac=0.5)
+        draw = draw_masks(row, block, torch.Generator().manual_seed(9 + seed))
+        plain = build_dual_stream(row, draw, block, MASK)
+        ex = build_dual_stream(row, draw, block, MASK, first_mask_weight=3.0)
+        assert torch.equal(ex.input_ids, plain.input_ids) and torch.equal(ex.labels, plain.labels)
+        perm = reorder_blocks(block_ids(row, block), draw.masked)
+        doc, pos = row.doc_ids.tolist(), row.positions.tolist()
+        masked = draw.masked.tolist()
+        expected = torch.zeros(96)
+        seen = set()
+        for i in range(96):  # logical order, one token at a time
+            if masked[i]:
+                key = (doc[i], pos[i] // block)
+                expected[i] = (1.0 if key in seen else 3.0) / float(draw.gamma[i])
+                seen.add(key)
+        assert int(draw.masked.sum()) > len(seen) >= 3
+        assert torch.allclose(ex.loss_weights[96:], expected[perm])
+        assert torch.all(ex.loss_weights[:96] == 0)
+
+
+def test_first_mask_weight_blocks_are_per_document():
+    """Two packed documents whose first blocks share the positional index 0: each document's
+    block has its own leftmost mask (a 5-token document, then a 7-token one, block 8)."""
+    from wedlm.train.masking import MaskDraw, first_masked
+
+    row = PackedRow(torch.arange(10, 22), torch.tensor([0] * 5 + [1] * 7),
+                    torch.tensor(list(range(5)) + list(range(7))), torch.ones(12, dtype=torch.bool))
+    masked = torch.tensor([0, 0, 1, 0, 1, 0, 1, 1, 0, 0, 0, 1], dtype=torch.bool)
+    blocks = block_ids(row, 8)
+    assert first_masked(blocks, masked).nonzero().flatten().tolist() == [2, 6]
+    gamma = torch.full((12,), 0.5)
+    ex = build_dual_stream(row, MaskDraw(masked, gamma), 8, MASK, first_mask_weight=3.0)
+    perm = reorder_blocks(blocks, masked)
+    weights = dict(zip(perm.tolist(), ex.loss_weights[12:].tolist()))
+    assert {i: w for i, w in weights.items() if w} == {2: 6.0, 4: 2.0, 6: 6.0, 7: 2.0, 11: 2.0}
 
 
 def test_labels_and_prompt_never_masked_or_scored():

@@ -4,7 +4,8 @@
 all fed tokens (K/V written into the paged cache), logits at the asked rows in
 float32, the [MASK] column banned, the greedy ids. `CompiledForward` is the
 same function under `torch.compile` (inductor; on CPU C++/OpenMP kernels, on
-CUDA Triton kernels plus CUDA graphs for decode-sized steps), called with
+CUDA Triton kernels plus CUDA graphs for decode-sized steps; on CPU the graph's calling
+code is C++ too, inductor's `cpp_wrapper`), called with
 inputs padded to shape buckets (`buckets.py`) so a new step rarely means a new
 compile. `enforce_eager=True` (the engine option) runs `forward_logits`
 directly; `tests/engine/test_compiled.py` checks that both give the same tokens.

@@ -57,7 +57,8 @@ def loss_sums(logits: torch.Tensor, labels: torch.Tensor, loss_weights: torch.Te
     Args:
         logits: float [n, vocab], the logits at the scored slots (same order as `labels[labels != -100]`).
         labels: int64 [N, S] (or flat), -100 where unscored.
-        loss_weights: float [N, S], 1/gamma at masked prediction slots (0 elsewhere).
+        loss_weights: float [N, S], 1/gamma at masked prediction slots (times
+            `first_mask_weight` at each block's leftmost mask; 0 elsewhere).
         is_memory: bool [N, S], True on memory-stream slots (their label is the next token).
         ar_weights: float [N, S] or None: per-slot weights of the AR cross-entropy (e.g.
             `first_end_weights`); None = 1 everywhere. The AR normaliser stays the number of

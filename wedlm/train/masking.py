@@ -51,8 +51,9 @@ class DualStreamExample(NamedTuple):
     input_ids: int64 [2L]; memory = clean tokens, prediction = reordered tokens with [MASK]s.
     position_ids: int64 [2L], logical (document-relative) positions for RoPE.
     attention_mask: bool [2L, 2L], True where query i may attend key j.
-    loss_weights: float32 [2L], 1/gamma_k at masked prediction slots, 0 elsewhere
-        (normalised over the batch by the loss, Eq. 10).
+    loss_weights: float32 [2L], 1/gamma_k at masked prediction slots (times
+        `first_mask_weight` at each block's leftmost mask), 0 elsewhere (normalised over
+        the batch by their sum, Eq. 10).
     labels: int64 [2L]; memory slot: the next token of its document when that
         token is scored (AR loss), else -100; prediction slot: the clean token at
         a masked slot, else -100.
@@ -135,8 +136,11 @@ def reorder_blocks(blocks: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
 def first_masked(blocks: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
     """bool [L]: the leftmost masked token of each block (logical order).
 
-    Every token before it in its block is observed, so it is the case streaming decoding
-    meets at window slot 0 (distance 0): the [MASK] row right after a clean prefix.
+    Every token before it in its block is observed, so it predicts its token from a clean
+    prefix: the case streaming decoding meets at window slot 0 (distance 0). In a block with
+    suffix masking (`draw_masks`) nothing to its right is observed either, exactly as at
+    inference with an empty window; under random masking it also sees the block's observed
+    tokens to its right (physically before it after the reorder).
     `blocks` (int64 [L], ascending) and `masked` (bool [L]) as in `draw_masks`.
     """
     out = torch.zeros_like(masked)
@@ -160,7 +164,9 @@ def build_dual_stream(row: PackedRow, draw: MaskDraw, block_size: int, mask_toke
         mask_token_id: id of the [MASK] token.
         first_mask_weight: factor on the 1/gamma weight of each block's leftmost masked token
             (`first_masked`, the distance-0 prediction of streaming decoding); 1.0 = the paper.
-            Our option, not in the paper or the official trainer (docs/training.md).
+            Our option, not in the paper or the official trainer (docs/training.md). It enters
+            `loss_weights`, so the mask loss's normaliser (their sum) grows with it: the loss
+            is a weighted mean in which those tokens count w times, not a larger loss.
 
     Returns:
         A `DualStreamExample` of 2L slots; see its fields.
