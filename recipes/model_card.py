@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
                                           if v5 else "") + (mix_section("V6", "tens5", "tens6", "tens7")
                                                             if v6 else "")
         + (mix_section("V7", "deep", "deep2") if v7 else "") + (mix_section("V8", *v8) if v8 else ""),
-        can_do=CAN_DO_V6 if v6 else CAN_DO_V5 if v5 else CAN_DO_V4 if v4 else CAN_DO_V3, lineage=lineage_v8(v8) if v8 else LINEAGE_V7 if v7 else LINEAGE_V6 if v6 else LINEAGE_V5 if v5 else LINEAGE_V4.format(
+        can_do=CAN_DO_V6 if v6 else CAN_DO_V5 if v5 else CAN_DO_V4 if v4 else CAN_DO_V3, lineage=lineage_v8(v8, totals["minutes"]) if v8 else LINEAGE_V7 if v7 else LINEAGE_V6 if v6 else LINEAGE_V5 if v5 else LINEAGE_V4.format(
             forms=(", and a third at a lower learning rate with more arithmetic and list operations and "
                    "short ranges of every counting form" if "wedlm-forms" in names else ""),
             v4_stages="5, 6 and 7" if "wedlm-forms" in names else "5 and 6") if v4 else LINEAGE_V3 if continued else LINEAGE_V2,
@@ -423,9 +423,10 @@ machine) scored near 0% on held-out counting and arithmetic. The older versions 
 history. `V7=1 bash recipes/wedlm_tiny.sh` reproduces version 7 from an empty `runs/` folder (about
 540 minutes on 2 quiet cores)."""
 
-def lineage_v8(stages: list[str]) -> str:
+def lineage_v8(stages: list[str], minutes: float) -> str:
     """Lineage of version 8: version 7 continued by the `V8=1` stages in `stages` (names without
-    the "wedlm-" prefix), then LINEAGE_V7's account of the versions before it."""
+    the "wedlm-" prefix), then LINEAGE_V7's account of the versions before it; `minutes` is the
+    whole lineage's training clock (the card's total row)."""
     first = ("; the last weights each block's leftmost masked token 4x in the mask loss "
              "(`first_mask_weight: 4`: the distance-0 prediction streaming decoding makes at window slot 0; "
              "not in the paper)") if "deep5" in stages else ""
@@ -435,7 +436,7 @@ def lineage_v8(stages: list[str]) -> str:
     return textwrap.fill(f"This is version 8 of the shipped weights: version 7 trained for {more} on "
             f"unseen records of the same mix (bf16 autocast on a CPU with AMX){first}. {before}history. "
             f"`V8=1 bash recipes/wedlm_tiny.sh` reproduces version 8 from an empty `runs/` folder (about "
-            f"{540 + 40 * len(stages)} minutes on 2 quiet cores).", width=100)
+            f"{minutes:.0f} minutes on 2 quiet cores).", width=100)
 
 
 LINEAGE_V2 = """This is version 2 of the shipped weights. Version 1 (a 2.4M model of the same shape trained on

@@ -114,16 +114,15 @@ if [ "${V6:-0}" = 1 ]; then
     '{"seed": 17, "distractor": {"30": 12000}, "simple_forms": {"6": 10000}, "replay": {"count": 5000, "addsub": 12000, "listops": 10000}}'
   [ "${V7:-0}" = 1 ] || stage export-v6 $PY -m wedlm.train.export "$RUN/wedlm-tens7/final" "$OUT"
 fi
+# the mix of every 8-layer stage after its "seed" (each stage reads unseen records: a new seed)
+MIX='"distractor": {"30": 12000}, "simple_forms": {"6": 10000}, "replay": {"count": 5000, "addsub": 12000, "listops": 10000}}'
 if [ "${V7:-0}" = 1 ]; then
   [ -f "$RUN/grow8/model.safetensors" ] || stage grow $PY -m wedlm.train.grow "$RUN/wedlm-tens7/final" "$RUN/grow8"
-  mix_stage wedlm-deep configs/tiny_wedlm_deep.yaml data/widen/v17mix.jsonl \
-    '{"seed": 18, "distractor": {"30": 12000}, "simple_forms": {"6": 10000}, "replay": {"count": 5000, "addsub": 12000, "listops": 10000}}'
-  mix_stage wedlm-deep2 configs/tiny_wedlm_deep2.yaml data/widen/v18mix.jsonl \
-    '{"seed": 19, "distractor": {"30": 12000}, "simple_forms": {"6": 10000}, "replay": {"count": 5000, "addsub": 12000, "listops": 10000}}'
+  mix_stage wedlm-deep configs/tiny_wedlm_deep.yaml data/widen/v17mix.jsonl "{\"seed\": 18, $MIX"
+  mix_stage wedlm-deep2 configs/tiny_wedlm_deep2.yaml data/widen/v18mix.jsonl "{\"seed\": 19, $MIX"
   [ "${V8:-0}" = 1 ] || stage export-v7 $PY -m wedlm.train.export "$RUN/wedlm-deep2/final" "$OUT"
 fi
 if [ "${V8:-0}" = 1 ]; then
-  MIX='"distractor": {"30": 12000}, "simple_forms": {"6": 10000}, "replay": {"count": 5000, "addsub": 12000, "listops": 10000}}'
   mix_stage wedlm-deep3 configs/tiny_wedlm_deep3.yaml data/widen/v19mix.jsonl "{\"seed\": 20, $MIX"
   mix_stage wedlm-deep4 configs/tiny_wedlm_deep4.yaml data/widen/v20mix.jsonl "{\"seed\": 21, $MIX"
   mix_stage wedlm-deep5 configs/tiny_wedlm_deep5.yaml data/widen/v21mix.jsonl "{\"seed\": 22, $MIX"

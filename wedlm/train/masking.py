@@ -141,7 +141,8 @@ def first_masked(blocks: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
     suffix masking (`draw_masks`) nothing to its right is observed either, exactly as at
     inference with an empty window; under random masking it also sees the block's observed
     tokens to its right (physically before it after the reorder).
-    `blocks` (int64 [L], ascending) and `masked` (bool [L]) as in `draw_masks`.
+    `blocks` (int64 [L], ascending) and `masked` (bool [L]) as in `draw_masks`. Used by the
+    `first_mask_weight` option of `build_dual_stream` (ours, not in the paper). Raises nothing.
     """
     out = torch.zeros_like(masked)
     idx = torch.nonzero(masked).flatten()
