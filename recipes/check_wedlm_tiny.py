@@ -11,7 +11,8 @@ config.json and model.safetensors; the tokenizer and generation_config.json come
 - `addsub`, `listops`: `--n` items each of the curriculum's generators.
 Below the table, the `ar` misses of each counting group by kind (`count_miss`): "early at B's last
 digit" (stopped at a right prefix whose last value ends like B: the last-digit shortcut of
-docs/training.md), "early" (another right prefix), "late" (right through B, stopped later),
+docs/training.md), "early at B's last two digits" (the same with two digits, "525" for B = 625),
+"early" (another right prefix), "late" (right through B, stopped later),
 "runaway" (no end token), "wrong numbers".
 All items come from the validation split (`wedlm.data.curriculum.split_of`), never from the
 test split the model card reports, so a stage can be judged without touching the test set.
@@ -76,14 +77,16 @@ def short_up(n: int) -> list[dict]:
 
 def count_miss(ex: dict, rec: dict) -> str | None:
     """None when `rec` (a `curriculum_suite.run` record) answers the counting item `ex` right, else
-    the kind of miss: "runaway" (no end token), "early at B's last digit" / "early" (stopped at a
-    right prefix), "late" (right up to B, stopped after it) or "wrong numbers"."""
+    the kind of miss: "runaway" (no end token), "early at B's last two digits" / "early at B's
+    last digit" / "early" (stopped at a right prefix), "late" (right up to B, stopped after it) or "wrong numbers"."""
     if rec["right"]:
         return None
     want, got = ex["answer"].split(", "), rec["text"].strip().split(", ")
     if not rec["stopped"]:
         return "runaway"
     if len(got) < len(want) and got == want[:len(got)]:
+        if got[-1][-2:] == want[-1][-2:] and len(want[-1]) > 1:
+            return "early at B's last two digits"
         return "early at B's last digit" if got[-1][-1:] == want[-1][-1:] else "early"
     if len(got) > len(want) and got[:len(want)] == want:
         return "late"

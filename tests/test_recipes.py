@@ -66,6 +66,9 @@ def test_count_miss_names_the_last_digit_shortcut():
     assert count_miss(ex, rec(ex["answer"] + ", 562")) == "late"
     assert count_miss(ex, rec("544, 545, 547" + ex["answer"][13:] + ", 562")) == "wrong numbers"
     assert count_miss(ex, rec("544, 546")) == "wrong numbers"
+    long = {"answer": ", ".join(str(v) for v in range(520, 626))}  # 525 ends like B = 625
+    early = ", ".join(str(v) for v in range(520, 526))
+    assert count_miss(long, {"right": False, "stopped": True, "text": early}) == "early at B's last two digits"
 
 
 CARD = """## Training

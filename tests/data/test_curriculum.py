@@ -240,6 +240,34 @@ def test_distractor_records_hold_an_earlier_value_with_the_end_digit():
         cur.distractor_count_examples(1, max_extra=0)
 
 
+def test_two_digit_distractor_records_hold_an_earlier_value_with_the_end_digits():
+    exs = cur.distractor_count_examples(200, max_extra=50, digits=2)
+    assert len(exs) == 200 and cur.distractor_count_examples(200, max_extra=50, digits=2) == exs
+    assert exs != cur.distractor_count_examples(200, max_extra=50)  # its own draws
+    steps = set()
+    for ex in exs:
+        values = [int(v) for v in ex["answer"].split(", ")]
+        step = abs(values[1] - values[0])
+        steps.add(step)
+        period = {1: 100, 2: 50, 5: 20, 10: 10}[step]
+        assert period + 1 <= len(values) <= min(period + 50, 150) and 0 <= min(values) and max(values) <= 1100
+        # the last-two-digits shortcut would stop before the end
+        assert any(v % 100 == values[-1] % 100 for v in values[:-1])
+        down = ex["prompt"].startswith("Count down from ")
+        key = f"count:{min(values)}:{max(values)}:{step}" + (":down" if down else "")
+        assert cur.split_of(key) == "train"
+    assert steps == {1, 2, 5, 10}
+    with pytest.raises(ValueError, match="digits"):
+        cur.distractor_count_examples(1, digits=3)
+
+
+def test_mix_spec_takes_two_digit_distractor(tmp_path):
+    cur.main(["--out", str(tmp_path / "m.jsonl"), "--mix", '{"distractor2": {"50": 12}, "replay": {"addsub": 2}}'])
+    recs = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert len(recs) == 14 and sum(r["source"] == "count" for r in recs) == 12
+    assert min(len(r["messages"][1]["content"].split(", ")) for r in recs if r["source"] == "count") >= 11
+
+
 def test_tens_records_count_up_in_steps_of_ten_within_range():
     exs = cur.tens_count_examples(300, "t", max_terms=12)
     assert len(exs) == 300 and cur.tens_count_examples(300, "t", max_terms=12) == exs

@@ -338,9 +338,10 @@ def simple_form_examples(n: int, seed: int = SEEDS["train"], max_terms: int = 6)
     return _form_examples(n, f"count-simple-forms:{seed}:{max_terms}", lambda rng, step: rng.randint(1, max_terms))
 
 
-def distractor_count_examples(n: int, seed: int = SEEDS["train"], max_extra: int = 30) -> list[Example]:
+def distractor_count_examples(n: int, seed: int = SEEDS["train"], max_extra: int = 30,
+                              digits: int = 1) -> list[Example]:
     """`n` TRAIN-split counting examples of every form (up or down, steps 1/2/5/10) in which an
-    earlier value already ends in the end value's last digit.
+    earlier value already ends in the end value's last `digits` digits (1 or 2).
 
     The last digit of a range repeats every `p` = 10 / gcd(step, 10) terms (10 for step 1, 5 for
     step 2, 2 for step 5, 1 for step 10), so a range of `p` + 1 .. `p` + `max_extra` terms holds at
@@ -349,17 +350,27 @@ def distractor_count_examples(n: int, seed: int = SEEDS["train"], max_extra: int
     them stopped at the first value whose last digit equals B's in 47 of 60 validation ranges of
     8-40 terms (docs/training.md, "The last-digit shortcut"). Here only all digits decide.
 
+    With `digits` = 2 the same holds for B's last two digits, which repeat every
+    `p` = 100 / gcd(step, 100) terms (100 for step 1, 50 for step 2, 20 for step 5, 10 for step 10):
+    a model trained on ranges shorter than that stopped at the first value ending in B's last two
+    digits ("Count from 483 to 625." ended at 525) in 17 of 60 validation ranges of 31-150 terms
+    (docs/training.md, "The last-two-digits shortcut"). Ranges stay within 150 terms (the
+    evaluation's longest) and 0..1100.
+
     Raises:
-        ValueError: `max_extra` < 1.
+        ValueError: `max_extra` < 1, or `digits` not 1 or 2.
     """
     if max_extra < 1:
         raise ValueError(f"max_extra must be >= 1, got {max_extra}")
+    if digits not in (1, 2):
+        raise ValueError(f"digits must be 1 or 2, got {digits}")
 
     def terms(rng: random.Random, step: int) -> int:
-        period = 10 // math.gcd(step, 10)
-        return rng.randint(period + 1, period + max_extra)
+        period = 10 ** digits // math.gcd(step, 10 ** digits)
+        return rng.randint(period + 1, min(period + max_extra, 150, 1100 // step + 1))
 
-    return _form_examples(n, f"count-distractor:{seed}:{max_extra}", terms)
+    name = f"count-distractor:{seed}:{max_extra}" + ("" if digits == 1 else f":{digits}")
+    return _form_examples(n, name, terms)
 
 
 def tens_count_examples(n: int, seed_name: str = "count-tens", max_terms: int = 30) -> list[Example]:
@@ -400,14 +411,16 @@ def build_stop(out: Path, n_short: int, n_replay: int, seed: int = SEEDS["train"
 
 def build_mix(out: Path, simple: dict[int, int] | None = None, short: dict[int, int] | None = None,
               replay: dict[str, int] | None = None, seed: int = SEEDS["train"] + 2, demo: float = 0.0,
-              simple_forms: dict[int, int] | None = None, distractor: dict[int, int] | None = None) -> int:
+              simple_forms: dict[int, int] | None = None, distractor: dict[int, int] | None = None,
+              distractor2: dict[int, int] | None = None) -> int:
     """Write one shuffled TRAIN-split mix to the file `out`; returns records.
 
     `simple` maps max terms -> records of `simple_count_examples` (1..max terms, up, step 1);
     `simple_forms` maps max terms -> records of `simple_form_examples` (1..max terms, up or
     down, steps 1/2/5/10);
     `distractor` maps max extra terms -> records of `distractor_count_examples` (every form, the
-    end value's last digit seen earlier in the range);
+    end value's last digit seen earlier in the range); `distractor2` the same with the last two
+    digits (`digits=2`: ranges of 11 to 150 terms, depending on the step);
     `short` maps max terms -> records of `short_count_examples` (2..max terms, every counting
     form, demo range at a share `demo`); `replay` maps task -> records of the usual generators.
     This builds the widening stages after the stop experiments (docs/training.md): the simple
@@ -423,6 +436,8 @@ def build_mix(out: Path, simple: dict[int, int] | None = None, short: dict[int, 
         records += [to_chat(ex) for ex in simple_form_examples(n, seed, int(max_terms))]
     for max_extra, n in (distractor or {}).items():
         records += [to_chat(ex) for ex in distractor_count_examples(n, seed, int(max_extra))]
+    for max_extra, n in (distractor2 or {}).items():
+        records += [to_chat(ex) for ex in distractor_count_examples(n, seed, int(max_extra), digits=2)]
     for max_terms, n in (short or {}).items():
         records += [to_chat(ex) for ex in short_count_examples(n, seed, int(max_terms), 2, demo)]
     records += train_chat_records(dict(replay or {}), seed)
@@ -460,13 +475,14 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"--mix must be a JSON object: {e}")
         if not isinstance(spec, dict):
             raise SystemExit(f"--mix must be a JSON object, got {type(spec).__name__}")
-        unknown = set(spec) - {"simple", "simple_forms", "distractor", "short", "replay", "seed", "demo"}
+        unknown = set(spec) - {"simple", "simple_forms", "distractor", "distractor2", "short", "replay", "seed",
+                               "demo"}
         if unknown:
             raise SystemExit(f"--mix: unknown keys {sorted(unknown)}; "
-                             "expected simple, simple_forms, distractor, short, replay, seed, demo")
+                             "expected simple, simple_forms, distractor, distractor2, short, replay, seed, demo")
         n = build_mix(a.out, spec.get("simple"), spec.get("short"), spec.get("replay"),
                       a.seed + int(spec.get("seed", 2)), float(spec.get("demo", 0.0)), spec.get("simple_forms"),
-                      spec.get("distractor"))
+                      spec.get("distractor"), spec.get("distractor2"))
         print(f"{a.out}: {n} records")
         return
     if a.simple_stop:
