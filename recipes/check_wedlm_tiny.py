@@ -78,7 +78,8 @@ def short_up(n: int) -> list[dict]:
 def count_miss(ex: dict, rec: dict) -> str | None:
     """None when `rec` (a `curriculum_suite.run` record) answers the counting item `ex` right, else
     the kind of miss: "runaway" (no end token), "early at B's last two digits" / "early at B's
-    last digit" / "early" (stopped at a right prefix), "late" (right up to B, stopped after it) or "wrong numbers"."""
+    last digit" / "early" (stopped at a right prefix), "late" (right up to B, stopped after it) or
+    "wrong numbers"."""
     if rec["right"]:
         return None
     want, got = ex["answer"].split(", "), rec["text"].strip().split(", ")

@@ -220,43 +220,34 @@ def test_mix_spec_takes_simple_forms(tmp_path):
     assert any(r["messages"][0]["content"].startswith("Count down") for r in recs)
 
 
-def test_distractor_records_hold_an_earlier_value_with_the_end_digit():
-    exs = cur.distractor_count_examples(300, max_extra=30)
-    assert len(exs) == 300 and cur.distractor_count_examples(300, max_extra=30) == exs
+@pytest.mark.parametrize("digits, n, max_extra, periods", [
+    (1, 300, 30, {1: 10, 2: 5, 5: 2, 10: 1}),
+    (2, 200, 50, {1: 100, 2: 50, 5: 20, 10: 10}),
+])
+def test_distractor_records_hold_an_earlier_value_with_the_end_digits(digits, n, max_extra, periods):
+    """Every record holds an earlier value ending in the end value's last `digits` digits (where
+    the shortcut would stop), with period + 1 .. period + max_extra terms, at most 150."""
+    exs = cur.distractor_count_examples(n, max_extra=max_extra, digits=digits)
+    assert len(exs) == n and cur.distractor_count_examples(n, max_extra=max_extra, digits=digits) == exs
+    assert exs != cur.distractor_count_examples(n, max_extra=max_extra, digits=3 - digits)  # own draws
     steps = set()
     for ex in exs:
         values = [int(v) for v in ex["answer"].split(", ")]
         step = abs(values[1] - values[0])
         steps.add(step)
-        period = {1: 10, 2: 5, 5: 2, 10: 1}[step]
-        assert period + 1 <= len(values) <= period + 30 and 0 <= min(values) and max(values) <= 1100
-        # the last-digit shortcut would stop before the end: some earlier value ends like the last
-        assert any(v % 10 == values[-1] % 10 for v in values[:-1])
+        period = periods[step]
+        assert period + 1 <= len(values) <= min(period + max_extra, 150)
+        assert 0 <= min(values) and max(values) <= 1100
+        assert any(v % 10 ** digits == values[-1] % 10 ** digits for v in values[:-1])
         down = ex["prompt"].startswith("Count down from ")
         key = f"count:{min(values)}:{max(values)}:{step}" + (":down" if down else "")
         assert cur.split_of(key) == "train"
     assert steps == {1, 2, 5, 10}
+
+
+def test_distractor_rejects_bad_arguments():
     with pytest.raises(ValueError, match="max_extra"):
         cur.distractor_count_examples(1, max_extra=0)
-
-
-def test_two_digit_distractor_records_hold_an_earlier_value_with_the_end_digits():
-    exs = cur.distractor_count_examples(200, max_extra=50, digits=2)
-    assert len(exs) == 200 and cur.distractor_count_examples(200, max_extra=50, digits=2) == exs
-    assert exs != cur.distractor_count_examples(200, max_extra=50)  # its own draws
-    steps = set()
-    for ex in exs:
-        values = [int(v) for v in ex["answer"].split(", ")]
-        step = abs(values[1] - values[0])
-        steps.add(step)
-        period = {1: 100, 2: 50, 5: 20, 10: 10}[step]
-        assert period + 1 <= len(values) <= min(period + 50, 150) and 0 <= min(values) and max(values) <= 1100
-        # the last-two-digits shortcut would stop before the end
-        assert any(v % 100 == values[-1] % 100 for v in values[:-1])
-        down = ex["prompt"].startswith("Count down from ")
-        key = f"count:{min(values)}:{max(values)}:{step}" + (":down" if down else "")
-        assert cur.split_of(key) == "train"
-    assert steps == {1, 2, 5, 10}
     with pytest.raises(ValueError, match="digits"):
         cur.distractor_count_examples(1, digits=3)
 

@@ -475,11 +475,10 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"--mix must be a JSON object: {e}")
         if not isinstance(spec, dict):
             raise SystemExit(f"--mix must be a JSON object, got {type(spec).__name__}")
-        unknown = set(spec) - {"simple", "simple_forms", "distractor", "distractor2", "short", "replay", "seed",
-                               "demo"}
+        keys = ("simple", "simple_forms", "distractor", "distractor2", "short", "replay", "seed", "demo")
+        unknown = set(spec) - set(keys)
         if unknown:
-            raise SystemExit(f"--mix: unknown keys {sorted(unknown)}; "
-                             "expected simple, simple_forms, distractor, distractor2, short, replay, seed, demo")
+            raise SystemExit(f"--mix: unknown keys {sorted(unknown)}; expected {', '.join(keys)}")
         n = build_mix(a.out, spec.get("simple"), spec.get("short"), spec.get("replay"),
                       a.seed + int(spec.get("seed", 2)), float(spec.get("demo", 0.0)), spec.get("simple_forms"),
                       spec.get("distractor"), spec.get("distractor2"))
