@@ -1,0 +1,72 @@
+"""The ceiling of Streaming Parallel Decoding: at most min(W / 2, m) tokens per forward.
+
+Driven with an oracle (one-hot logits on the right token at every mask, entropy 0), the
+streaming decoder of Algorithm 1 commits, per forward, the filled slots of the previous
+forward; the masks appended for them are first predicted by the next forward. So a step that
+commits k slots can fill at most W - k masks, and the steady state alternates k and W - k:
+W / 2 tokens per forward however confident the model is (8 at W = 16: the paper's 8.10 on
+"Count from 1 to 200"). The distance penalty caps the fills per forward too: with entropy 0,
+mask i passes when lambda * d_i < tau, i.e. m = ceil(tau / lambda) slots, and the decoder then
+commits min(m, W / 2) per forward. At tau 0.1, lambda 0.02 the slot d = 5 sits on the boundary
+(it passes only with an entropy below float32's rounding), so a real model gets at most 5 per
+forward there: the shipped model's 4.98 on the demo.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from wedlm.engine.decoders.streaming import StreamingDecoder
+from wedlm.engine.request import Sequence
+from wedlm.engine.sampling_params import SamplingParams
+
+VOCAB, MASK = 32, 31
+
+
+def target(pos: int) -> int:
+    """The oracle's token at logical position pos (never [MASK])."""
+    return 1 + pos % 29
+
+
+def run(window: int, tau: float, lam: float, n_out: int) -> list[int]:
+    """Greedy streaming decoding of n_out tokens under the oracle; commits per forward."""
+    params = SamplingParams(temperature=0, max_tokens=n_out, wedlm_entropy_threshold=tau,
+                            wedlm_pos_penalty_factor=lam).resolve()
+    prompt = [target(p) for p in range(5)]
+    seq = Sequence("r", list(prompt), len(prompt), params, len(prompt) + n_out, window)
+    dec = StreamingDecoder(MASK)
+    dec.init(seq)
+    per_forward = []
+    while seq.budget_left > 0:
+        plan = dec.plan(seq)
+        rows = [plan.positions[r] for r in plan.logit_rows]
+        logits = torch.full((len(rows), VOCAB), -1e4)
+        logits[torch.arange(len(rows)), torch.tensor([target(p) for p in rows], dtype=torch.long)] = 0.0
+        res = dec.update(seq, plan, logits, logits.argmax(-1).tolist())
+        seq.tokens += res.committed
+        per_forward.append(len(res.committed))
+    assert seq.output_ids == [target(p) for p in range(5, 5 + n_out)]
+    return per_forward
+
+
+@pytest.mark.parametrize("window", [4, 16, 32])
+def test_confident_oracle_commits_half_the_window_per_forward(window):
+    per_forward = run(window, tau=0.4, lam=0.0, n_out=10 * window)
+    # forward 1 fills every mask, forward 2 commits them, and so on: 0, W, 0, W, ...
+    # (the last forward commits its fills at once: the request ends inside the run)
+    assert per_forward[:4] == [0, window, 0, window]
+    assert len(per_forward) == 2 * 10 - 1
+    assert sum(per_forward) / len(per_forward) == pytest.approx(window / 2, rel=0.06)
+
+
+@pytest.mark.parametrize("tau,lam,expect", [(0.09, 0.02, 5), (0.07, 0.02, 4), (0.11, 0.02, 6),
+                                             (0.19, 0.02, 8), (0.11, 0.01, 8), (0.05, 0.1, 1)])
+def test_distance_penalty_caps_fills_per_forward(tau, lam, expect):
+    m = math.ceil(tau / lam)  # slots d = 0..m-1 pass lambda * d < tau (tau / lambda not whole)
+    assert min(m, 8) == expect
+    per_forward = run(16, tau=tau, lam=lam, n_out=400)
+    steady = per_forward[4:-2]
+    assert sum(steady) / len(steady) == pytest.approx(expect, rel=0.05)
