@@ -281,3 +281,32 @@ def test_mix_spec_takes_distractor(tmp_path):
     assert len(recs) == 27 and sum(r["source"] == "count" for r in recs) == 25
     with pytest.raises(SystemExit, match="distractor"):
         cur.main(["--out", str(tmp_path / "x.jsonl"), "--mix", '{"distracter": {"30": 1}}'])
+
+
+@pytest.mark.parametrize("width", [1, 20])
+def test_carry_records_sit_next_to_a_change_of_digit_count(width):
+    """Sums fall in 100 - width .. 99 + width, differences in 10 - h .. 9 + h (h = max(1, width // 2));
+    both operands stay two-digit, the answer is right, and every prompt is of the train split."""
+    exs = cur.carry_addsub_examples(400, width=width)
+    assert len(exs) == 400 and cur.carry_addsub_examples(400, width=width) == exs
+    ops = {"add": 0, "sub": 0}
+    for ex in exs:
+        a, op, b = ex["prompt"][len("What is "):-1].split()
+        a, b, c = int(a), int(b), int(ex["final"])
+        assert 10 <= a <= 99 and 10 <= b <= 99
+        assert c == (a + b if op == "+" else a - b) and ex["answer"] == f"{a} {op} {b} = {c}"
+        lo, hi = (100 - width, 99 + width) if op == "+" else (10 - max(1, width // 2), 9 + max(1, width // 2))
+        assert lo <= c <= hi
+        assert cur.split_of(ex["prompt"]) == "train" and ex["task"] == "addsub"
+        ops[ex["op"]] += 1
+    assert 0.65 < ops["add"] / 400 < 0.85  # three quarters sums
+    with pytest.raises(ValueError, match="width"):
+        cur.carry_addsub_examples(1, width=0)
+
+
+def test_mix_spec_takes_carry(tmp_path):
+    cur.main(["--out", str(tmp_path / "m.jsonl"), "--mix", '{"carry": {"20": 30}, "replay": {"count": 2}}'])
+    recs = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert len(recs) == 32 and sum(r["source"] == "addsub" for r in recs) == 30
+    finals = [int(r["messages"][1]["content"].split(" = ")[1]) for r in recs if r["source"] == "addsub"]
+    assert all(80 <= f <= 119 or 0 <= f <= 19 for f in finals)

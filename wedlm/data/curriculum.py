@@ -373,6 +373,41 @@ def distractor_count_examples(n: int, seed: int = SEEDS["train"], max_extra: int
     return _form_examples(n, name, terms)
 
 
+def carry_addsub_examples(n: int, seed: int = SEEDS["train"], width: int = 20) -> list[Example]:
+    """`n` TRAIN-split two-digit sums and differences whose result is within `width` of a change
+    in its number of digits: a + b in 100 - width .. 99 + width, or a - b in 10 - h .. 9 + h with
+    h = max(1, width // 2) (three quarters sums, a quarter differences), in the usual format
+    ("What is A + B?" -> "A + B = C").
+
+    Why: under streaming decoding the mask at the slot after a two-digit result must say
+    `<|im_end|>` without seeing the result's last digit, i.e. it must know that A + B < 100
+    from the prompt alone. On validation sums of 79-99 the model wrote the last digit twice
+    ("67 + 17 = 844", docs/training.md, "Where a sum ends"), while AR decoding, which sees the
+    digit, was right. Uniform draws put a sixth of the sums in this band; here they all are.
+
+    Raises:
+        ValueError: `width` < 1 or > 40.
+    """
+    if not 1 <= width <= 40:
+        raise ValueError(f"width must be in 1..40, got {width}")
+    rng = random.Random(f"addsub-carry:{seed}:{width}")
+
+    def draw() -> tuple[Example, str]:
+        if rng.random() < 0.75:
+            c = rng.randint(100 - width, 99 + width)
+            a = rng.randint(max(10, c - 99), min(99, c - 10))
+            op, b = "+", c - a
+        else:
+            c = rng.randint(10 - max(1, width // 2), 9 + max(1, width // 2))
+            a = rng.randint(max(10, c + 10), 99)
+            op, b = "-", a - c
+        prompt = f"What is {a} {op} {b}?"
+        return ({"task": "addsub", "op": "add" if op == "+" else "sub", "prompt": prompt,
+                 "answer": f"{a} {op} {b} = {c}", "final": str(c)}, prompt)
+
+    return draw_split(n, draw)
+
+
 def tens_count_examples(n: int, seed_name: str = "count-tens", max_terms: int = 30) -> list[Example]:
     """`n` TRAIN-split "Count from A to B in steps of 10." examples (up), 2..`max_terms` terms, A
     uniform in 0..1100 - (terms - 1) * 10; `seed_name` seeds the draws.
@@ -412,7 +447,7 @@ def build_stop(out: Path, n_short: int, n_replay: int, seed: int = SEEDS["train"
 def build_mix(out: Path, simple: dict[int, int] | None = None, short: dict[int, int] | None = None,
               replay: dict[str, int] | None = None, seed: int = SEEDS["train"] + 2, demo: float = 0.0,
               simple_forms: dict[int, int] | None = None, distractor: dict[int, int] | None = None,
-              distractor2: dict[int, int] | None = None) -> int:
+              distractor2: dict[int, int] | None = None, carry: dict[int, int] | None = None) -> int:
     """Write one shuffled TRAIN-split mix to the file `out`; returns records.
 
     `simple` maps max terms -> records of `simple_count_examples` (1..max terms, up, step 1);
@@ -421,6 +456,8 @@ def build_mix(out: Path, simple: dict[int, int] | None = None, short: dict[int, 
     `distractor` maps max extra terms -> records of `distractor_count_examples` (every form, the
     end value's last digit seen earlier in the range); `distractor2` the same with the last two
     digits (`digits=2`: ranges of 11 to 150 terms, depending on the step);
+    `carry` maps a width -> records of `carry_addsub_examples` (results within the width of a
+    change in their number of digits);
     `short` maps max terms -> records of `short_count_examples` (2..max terms, every counting
     form, demo range at a share `demo`); `replay` maps task -> records of the usual generators.
     This builds the widening stages after the stop experiments (docs/training.md): the simple
@@ -438,6 +475,8 @@ def build_mix(out: Path, simple: dict[int, int] | None = None, short: dict[int, 
         records += [to_chat(ex) for ex in distractor_count_examples(n, seed, int(max_extra))]
     for max_extra, n in (distractor2 or {}).items():
         records += [to_chat(ex) for ex in distractor_count_examples(n, seed, int(max_extra), digits=2)]
+    for width, n in (carry or {}).items():
+        records += [to_chat(ex) for ex in carry_addsub_examples(n, seed, int(width))]
     for max_terms, n in (short or {}).items():
         records += [to_chat(ex) for ex in short_count_examples(n, seed, int(max_terms), 2, demo)]
     records += train_chat_records(dict(replay or {}), seed)
@@ -475,13 +514,13 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"--mix must be a JSON object: {e}")
         if not isinstance(spec, dict):
             raise SystemExit(f"--mix must be a JSON object, got {type(spec).__name__}")
-        keys = ("simple", "simple_forms", "distractor", "distractor2", "short", "replay", "seed", "demo")
+        keys = ("simple", "simple_forms", "distractor", "distractor2", "carry", "short", "replay", "seed", "demo")
         unknown = set(spec) - set(keys)
         if unknown:
             raise SystemExit(f"--mix: unknown keys {sorted(unknown)}; expected {', '.join(keys)}")
         n = build_mix(a.out, spec.get("simple"), spec.get("short"), spec.get("replay"),
                       a.seed + int(spec.get("seed", 2)), float(spec.get("demo", 0.0)), spec.get("simple_forms"),
-                      spec.get("distractor"), spec.get("distractor2"))
+                      spec.get("distractor"), spec.get("distractor2"), spec.get("carry"))
         print(f"{a.out}: {n} records")
         return
     if a.simple_stop:
