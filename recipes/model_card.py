@@ -49,7 +49,11 @@ STAGES = [("ar", "AR training from scratch (next-token loss on answers)", "confi
           ("wedlm-deep3", "more of the same on unseen records (`V8=1`)", "configs/tiny_wedlm_deep3.yaml"),
           ("wedlm-deep4", "more of the same on unseen records (`V8=1`)", "configs/tiny_wedlm_deep4.yaml"),
           ("wedlm-deep5", "the leftmost mask of each block weighted 4x (`first_mask_weight`, `V8=1`)",
-           "configs/tiny_wedlm_deep5.yaml")]
+           "configs/tiny_wedlm_deep5.yaml"),
+          ("wedlm-deep11", "version 8 continued: two-digit distractor ranges, AR stop 1x, mask-stream stop "
+           "40x (`V9=1`)", "configs/tiny_wedlm_deep11.yaml"),
+          ("wedlm-deep12", "sums and differences next to a change in their digit count added, half the "
+           "learning rate (`V9=1`)", "configs/tiny_wedlm_deep12.yaml")]
 
 
 def stages_run(run: Path) -> list[tuple[str, str, str]]:
@@ -204,8 +208,9 @@ def mix_section(flag: str, *names: str) -> str:
     tables = config_rows(*names)
     parts = [f"{'and ' if i and i == len(names) - 1 else ''}`configs/tiny_wedlm_{name}.yaml`:\n\n{tables[name]}"
              for i, name in enumerate(names)]
-    return (f"\nThe `{flag}=1` stages read the mixes written by the `--mix` commands in the headers of\n"
-            + "\n\n".join(parts) + "\n")
+    reads = ("stage reads the mix written by the `--mix` command in the header of" if len(names) == 1 else
+             "stages read the mixes written by the `--mix` commands in the headers of")
+    return f"\nThe `{flag}=1` {reads}\n" + "\n\n".join(parts) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,10 +241,14 @@ def main(argv: list[str] | None = None) -> int:
         kept = plots / f"learning_curves_{missing[0]}-{missing[-1]}.png"
         if (plots / "learning_curves.png").is_file() and not kept.is_file():
             shutil.copyfile(plots / "learning_curves.png", kept)
-        if kept.is_file():
-            earlier_curves = (f"\n\nStages {', '.join(missing)} (trained in an earlier session; rows and curves "
-                              f"carried from the card of that version):\n\n![learning curves, earlier stages]"
-                              f"(plots/{kept.name})")
+        if kept.is_file():  # each earlier card's curves, oldest first (each shows the stages its session ran)
+            def last_stage(f: Path) -> int:  # learning_curves_FIRST-LAST.png: LAST's place in STAGES
+                return max((i for i, (n, _, _) in enumerate(STAGES) if f.stem.endswith(n)), default=-1)
+            shown = sorted(plots.glob("learning_curves_*-*.png"), key=last_stage)
+            earlier_curves = (f"\n\nStages {', '.join(missing)} (trained in earlier sessions; rows and curves "
+                              f"carried from the cards of those versions):" + "".join(
+                                  f"\n\n![learning curves, earlier stages ({f.stem[len('learning_curves_'):]})]"
+                                  f"(plots/{f.name})" for f in shown))
     learning_curves(run, plots, offset=sum(carried[name]["tokens"] for name in missing))
     from wedlm.model import load_model
     n_params = sum(p.numel() for p in load_model(model).parameters())
@@ -251,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     v6 = "wedlm-tens7" in names
     v7 = "wedlm-deep" in names
     v8 = [n for n in ("deep3", "deep4", "deep5") if f"wedlm-{n}" in names]
+    v9 = "wedlm-deep12" in names
     train_cfg = json.loads((run / here[0] / "train_config.json").read_text())
     tune_line = "not run"
     if tune and not tune.get("best"):
@@ -304,8 +314,10 @@ def main(argv: list[str] | None = None) -> int:
                        if "wedlm-forms" in names else "") if v4 else "") + (DATA_V5.format(**config_rows("tens10", "tens", "tens2", "tens3"))
                                           if v5 else "") + (mix_section("V6", "tens5", "tens6", "tens7")
                                                             if v6 else "")
-        + (mix_section("V7", "deep", "deep2") if v7 else "") + (mix_section("V8", *v8) if v8 else ""),
-        can_do=CAN_DO_V6 if v6 else CAN_DO_V5 if v5 else CAN_DO_V4 if v4 else CAN_DO_V3, lineage=lineage_v8(v8, totals["minutes"]) if v8 else LINEAGE_V7 if v7 else LINEAGE_V6 if v6 else LINEAGE_V5 if v5 else LINEAGE_V4.format(
+        + (mix_section("V7", "deep", "deep2") if v7 else "") + (mix_section("V8", *v8) if v8 else "")
+        + (mix_section("V9", "deep11", "deep12") if v9 else ""),
+        can_do=CAN_DO_V6 if v6 else CAN_DO_V5 if v5 else CAN_DO_V4 if v4 else CAN_DO_V3,
+        lineage=lineage_v9(totals["minutes"], v8) if v9 else lineage_v8(v8, totals["minutes"]) if v8 else LINEAGE_V7 if v7 else LINEAGE_V6 if v6 else LINEAGE_V5 if v5 else LINEAGE_V4.format(
             forms=(", and a third at a lower learning rate with more arithmetic and list operations and "
                    "short ranges of every counting form" if "wedlm-forms" in names else ""),
             v4_stages="5, 6 and 7" if "wedlm-forms" in names else "5 and 6") if v4 else LINEAGE_V3 if continued else LINEAGE_V2,
@@ -423,20 +435,56 @@ machine) scored near 0% on held-out counting and arithmetic. The older versions 
 history. `V7=1 bash recipes/wedlm_tiny.sh` reproduces version 7 from an empty `runs/` folder (about
 540 minutes on 2 quiet cores)."""
 
-def lineage_v8(stages: list[str], minutes: float) -> str:
-    """Lineage of version 8: version 7 continued by the `V8=1` stages in `stages` (names without
-    the "wedlm-" prefix), then LINEAGE_V7's account of the versions before it; `minutes` is the
-    whole lineage's training clock (the card's total row)."""
+def reproduces(version: int, minutes: float) -> str:
+    """The closing sentence of a lineage: the recipe flag that rebuilds `version` from nothing and
+    the whole lineage's training clock (`minutes`, the card's total row)."""
+    return (f"`V{version}=1 bash recipes/wedlm_tiny.sh` reproduces version {version} from an empty `runs/` "
+            f"folder (about {minutes:.0f} minutes on 2 quiet cores).")
+
+
+def v8_account(stages: list[str]) -> str:
+    """What version 8 is, from "version 7 trained for ..." to "... are in git history.": version 7
+    continued by the `V8=1` stages in `stages` (names without the "wedlm-" prefix), then LINEAGE_V7's
+    account of the versions before it. Shared by the lineages of version 8 and of version 9."""
     first = ("; the last weights each block's leftmost masked token 4x in the mask loss "
              "(`first_mask_weight: 4`: the distance-0 prediction streaming decoding makes at window slot 0; "
              "not in the paper)") if "deep5" in stages else ""
     before = LINEAGE_V7.split("history.")[0].replace("This is version 7 of the shipped weights: version 6",
                                                       "Version 7 was version 6")
     more = "1 more stage" if len(stages) == 1 else f"{len(stages)} more stages"
-    return textwrap.fill(f"This is version 8 of the shipped weights: version 7 trained for {more} on "
-            f"unseen records of the same mix (bf16 autocast on a CPU with AMX){first}. {before}history. "
-            f"`V8=1 bash recipes/wedlm_tiny.sh` reproduces version 8 from an empty `runs/` folder (about "
-            f"{minutes:.0f} minutes on 2 quiet cores).", width=100)
+    return (f"version 7 trained for {more} on unseen records of the same mix (bf16 autocast on a CPU with "
+            f"AMX){first}. {before}history.")
+
+
+def lineage_v8(stages: list[str], minutes: float) -> str:
+    """Lineage of version 8: `v8_account(stages)`, then how to reproduce it; `minutes` is the
+    whole lineage's training clock (the card's total row)."""
+    return textwrap.fill(f"This is version 8 of the shipped weights: {v8_account(stages)} {reproduces(8, minutes)}",
+                         width=100)
+
+
+def lineage_v9(minutes: float, v8: list[str] | tuple[str, ...] = ("deep3", "deep4", "deep5")) -> str:
+    """Lineage of version 9: version 8 continued directly by the two `V9=1` stages, `wedlm-deep11`
+    and `wedlm-deep12` (steps, stop weights and learning rates read from their configs), then
+    `v8_account(v8)` (`v8`: version 8's `V8=1` stages, all three by default, as shipped). Session
+    14's trial stages deep7-deep10 were never shipped and are no part of it. `minutes`: the card's
+    total row."""
+    import yaml
+
+    c11, c12 = (yaml.safe_load((REPO / "configs" / f"tiny_wedlm_{n}.yaml").read_text()) for n in ("deep11", "deep12"))
+    return textwrap.fill(
+        f"This is version 9 of the shipped weights: version 8 continued by two stages (`V9=1`, bf16 autocast). "
+        f"The first (`configs/tiny_wedlm_deep11.yaml`, {c11['max_steps']:,} steps) read unseen records of "
+        f"version 8's mix with more counting records and two-digit distractor ranges added (`distractor2`): "
+        f"ranges in which an earlier value ends in B's last two digits, against the last-two-digits shortcut "
+        f"that made version 8 stop 100 before B (docs/training.md, \"The last-two-digits shortcut\"), with the "
+        f"AR stop weight at {c11['end_weight']:g} (`end_weight`) and the mask stream's end weight at "
+        f"{c11['mask_end_weight']:g} (`mask_end_weight`), each block's leftmost mask still weighted "
+        f"{c11['first_mask_weight']:g}x. The second (`configs/tiny_wedlm_deep12.yaml`, {c12['max_steps']:,} steps, "
+        f"peak learning rate {c12['lr']:g}) added sums and differences next to a change in their number of "
+        f"digits (`carry`), where `wedlm` had written a sum's last digit twice (\"67 + 17 = 844\"; "
+        f"docs/training.md, \"Where a sum ends\"). Version 8 was {v8_account(list(v8))} {reproduces(9, minutes)}",
+        width=100)
 
 
 LINEAGE_V2 = """This is version 2 of the shipped weights. Version 1 (a 2.4M model of the same shape trained on

@@ -33,7 +33,14 @@
 #  11. only with V8=1 (implies V7=1): three more stages of the same mix on unseen records, the last
 #      with each block's leftmost masked token weighted 4x (configs/tiny_wedlm_deep3.yaml,
 #      tiny_wedlm_deep4.yaml, tiny_wedlm_deep5.yaml; 3 x 1,000 steps, ~120 min, bf16 autocast),
-#      exported over models/wedlm-tiny.
+#      exported over models/wedlm-tiny (with V9=1 too: step 12 starts from that export).
+#  12. only with V9=1 (implies V8=1): version 8 continued by two stages (the first inits from
+#      models/wedlm-tiny) on unseen records with two-digit distractor ranges (an earlier value ends
+#      in B's last two digits), the AR stop weight at 1 and the mask stream's end weight at 40
+#      (configs/tiny_wedlm_deep11.yaml, 2,000 steps, ~70 min), then the same with sums and
+#      differences next to a change in their digit count added, at half the learning rate
+#      (configs/tiny_wedlm_deep12.yaml, 1,000 steps, ~35 min; both bf16 autocast), exported over
+#      models/wedlm-tiny.
 # Resumable: rerun the same command; finished stages are skipped (their final/ exists) and an
 # interrupted stage continues from its last checkpoint. The run owns both cores: start nothing
 # else meanwhile (tokens/s in runs/wedlm-tiny/*/log.jsonl shows when something does).
@@ -75,6 +82,7 @@ stage ar      $PY -m wedlm.cli.main train --config configs/tiny_ar.yaml
 [ -f "$RUN/ar-wedlm/config.json" ] || stage convert $PY -m wedlm.cli.main convert "$RUN/ar/final" "$RUN/ar-wedlm"
 stage wedlm   $PY -m wedlm.cli.main train --config configs/tiny_wedlm.yaml
 [ -f "$RUN/wedlm-cont/final/config.json" ] || stage export $PY -m wedlm.train.export "$RUN/wedlm/final" "$OUT"
+[ "${V9:-0}" = 1 ] && V8=1
 [ "${V8:-0}" = 1 ] && V7=1
 [ "${V7:-0}" = 1 ] && V6=1
 [ "${V6:-0}" = 1 ] && V5=1
@@ -126,6 +134,15 @@ if [ "${V8:-0}" = 1 ]; then
   mix_stage wedlm-deep3 configs/tiny_wedlm_deep3.yaml data/widen/v19mix.jsonl "{\"seed\": 20, $MIX"
   mix_stage wedlm-deep4 configs/tiny_wedlm_deep4.yaml data/widen/v20mix.jsonl "{\"seed\": 21, $MIX"
   mix_stage wedlm-deep5 configs/tiny_wedlm_deep5.yaml data/widen/v21mix.jsonl "{\"seed\": 22, $MIX"
-  stage export-v8 $PY -m wedlm.train.export "$RUN/wedlm-deep5/final" "$OUT"
+  # with V9=1 too, until wedlm-deep11 has trained: its config inits from the exported version 8
+  { [ "${V9:-0}" = 1 ] && [ -f "$RUN/wedlm-deep11/final/config.json" ]; } ||
+    stage export-v8 $PY -m wedlm.train.export "$RUN/wedlm-deep5/final" "$OUT"
+fi
+if [ "${V9:-0}" = 1 ]; then  # own mixes, not $MIX: two-digit distractor ranges (distractor2), carry sums (carry)
+  mix_stage wedlm-deep11 configs/tiny_wedlm_deep11.yaml data/widen/v27mix.jsonl \
+    '{"seed": 28, "distractor": {"30": 12000}, "distractor2": {"50": 5000}, "simple_forms": {"6": 10000}, "replay": {"count": 8000, "addsub": 12000, "listops": 10000}}'
+  mix_stage wedlm-deep12 configs/tiny_wedlm_deep12.yaml data/widen/v28mix.jsonl \
+    '{"seed": 29, "distractor": {"30": 12000}, "distractor2": {"50": 5000}, "carry": {"20": 8000}, "simple_forms": {"6": 10000}, "replay": {"count": 8000, "addsub": 12000, "listops": 10000}}'
+  stage export-v9 $PY -m wedlm.train.export "$RUN/wedlm-deep12/final" "$OUT"
 fi
 echo "=== recipe done: $OUT"

@@ -114,6 +114,28 @@ def test_model_card_carries_rows_of_stages_whose_runs_are_gone(tmp_path):
     assert stage_names(run, carried)[:2] == ["ar", "wedlm-simple"]
 
 
+
+def test_lineage_v9_continues_version_8_with_its_two_stages():
+    """Version 9's lineage starts from the shipped version 8 (not from session 14's trial stages),
+    names its two stages with the steps of their configs, tells version 8's account as lineage_v8
+    does, and ends with the `V9=1` recipe; deep11 and deep12 are the last stages of the card's table."""
+    from recipes.model_card import STAGES, lineage_v8, lineage_v9, v8_account
+
+    flat = lambda text: " ".join(text.split())  # noqa: E731  (both are filled to 100 columns)
+    v8 = ["deep3", "deep4", "deep5"]
+    text = flat(lineage_v9(700.4))
+    assert text.startswith("This is version 9 of the shipped weights: version 8 continued by two stages (`V9=1`, "
+                           "bf16 autocast). The first (`configs/tiny_wedlm_deep11.yaml`, 2,000 steps)")
+    assert "AR stop weight at 1 " in text and "end weight at 40 " in text
+    assert "The second (`configs/tiny_wedlm_deep12.yaml`, 1,000 steps, peak learning rate 0.00015)" in text
+    assert f"Version 8 was {flat(v8_account(v8))} " in text
+    assert flat(lineage_v8(v8, 700.4)).startswith(f"This is version 8 of the shipped weights: {flat(v8_account(v8))} ")
+    assert text.endswith("`V9=1 bash recipes/wedlm_tiny.sh` reproduces version 9 from an empty `runs/` folder "
+                         "(about 700 minutes on 2 quiet cores).")
+    assert not any(f"deep{n}" in text for n in (7, 8, 9, 10))
+    assert [name for name, _, _ in STAGES][-3:] == ["wedlm-deep5", "wedlm-deep11", "wedlm-deep12"]
+
+
 def test_stop_probe_groups_values_and_reads_both_heads(tiny_wedlm):
     import torch
 
