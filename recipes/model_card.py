@@ -50,8 +50,8 @@ STAGES = [("ar", "AR training from scratch (next-token loss on answers)", "confi
           ("wedlm-deep4", "more of the same on unseen records (`V8=1`)", "configs/tiny_wedlm_deep4.yaml"),
           ("wedlm-deep5", "the leftmost mask of each block weighted 4x (`first_mask_weight`, `V8=1`)",
            "configs/tiny_wedlm_deep5.yaml"),
-          ("wedlm-deep11", "version 8 continued: two-digit distractor ranges, AR stop 1x, mask-stream stop "
-           "40x (`V9=1`)", "configs/tiny_wedlm_deep11.yaml"),
+          ("wedlm-deep11", "version 8 continued: two-digit distractor ranges, AR stop weight 20x -> 1x "
+           "(`V9=1`)", "configs/tiny_wedlm_deep11.yaml"),
           ("wedlm-deep12", "sums and differences next to a change in their digit count added, half the "
            "learning rate (`V9=1`)", "configs/tiny_wedlm_deep12.yaml")]
 
@@ -244,10 +244,10 @@ def main(argv: list[str] | None = None) -> int:
         if kept.is_file():  # each earlier card's curves, oldest first (each shows the stages its session ran)
             def last_stage(f: Path) -> int:  # learning_curves_FIRST-LAST.png: LAST's place in STAGES
                 return max((i for i, (n, _, _) in enumerate(STAGES) if f.stem.endswith(n)), default=-1)
-            shown = sorted(plots.glob("learning_curves_*-*.png"), key=last_stage)
+            shown = sorted(plots.glob("learning_curves_*-*.png"), key=lambda f: (last_stage(f), f.name))
             earlier_curves = (f"\n\nStages {', '.join(missing)} (trained in earlier sessions; rows and curves "
                               f"carried from the cards of those versions):" + "".join(
-                                  f"\n\n![learning curves, earlier stages ({f.stem[len('learning_curves_'):]})]"
+                                  f"\n\n![learning curves kept from an earlier card ({f.name})]"
                                   f"(plots/{f.name})" for f in shown))
     learning_curves(run, plots, offset=sum(carried[name]["tokens"] for name in missing))
     from wedlm.model import load_model

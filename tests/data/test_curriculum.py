@@ -283,7 +283,7 @@ def test_mix_spec_takes_distractor(tmp_path):
         cur.main(["--out", str(tmp_path / "x.jsonl"), "--mix", '{"distracter": {"30": 1}}'])
 
 
-@pytest.mark.parametrize("width", [1, 20])
+@pytest.mark.parametrize("width", [1, 20, 21])
 def test_carry_records_sit_next_to_a_change_of_digit_count(width):
     """Sums fall in 100 - width .. 99 + width, differences in 10 - h .. 9 + h (h = max(1, width // 2));
     both operands stay two-digit, the answer is right, and every prompt is of the train split."""
@@ -300,8 +300,9 @@ def test_carry_records_sit_next_to_a_change_of_digit_count(width):
         assert cur.split_of(ex["prompt"]) == "train" and ex["task"] == "addsub"
         ops[ex["op"]] += 1
     assert 0.65 < ops["add"] / 400 < 0.85  # three quarters sums
-    with pytest.raises(ValueError, match="width"):
-        cur.carry_addsub_examples(1, width=0)
+    for bad in (0, 22):
+        with pytest.raises(ValueError, match="width"):
+            cur.carry_addsub_examples(1, width=bad)
 
 
 def test_mix_spec_takes_carry(tmp_path):
