@@ -149,7 +149,11 @@ def markdown(result: dict, img_dir: str = "img") -> str:
               "- wedlm t=TAU l=LAMBDA: streaming parallel decoding (Algorithm 1) with entropy threshold tau"
               " and distance penalty lambda; blockwise: stop-and-wait blocks of W; verified: drafts"
               " accepted only where they equal the greedy AR token (lossless); transformers:"
-              " `generate(do_sample=False)` on the same weights."]
+              " `generate(do_sample=False)` on the same weights.",
+              "- ceiling: in the steady state `wedlm` commits at most W/2 tokens per forward (a slot filled"
+              " in one forward is committed in the next), `blockwise` up to W at the cost of recomputing"
+              " its block (p_cache about 0.5); on answers the model is sure of, blockwise is therefore"
+              " faster (docs/method.md, \"The ceiling\")."]
     return "\n".join(lines) + "\n"
 
 
