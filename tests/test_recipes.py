@@ -114,7 +114,6 @@ def test_model_card_carries_rows_of_stages_whose_runs_are_gone(tmp_path):
     assert stage_names(run, carried)[:2] == ["ar", "wedlm-simple"]
 
 
-
 def test_lineage_v9_continues_version_8_with_its_two_stages():
     """Version 9's lineage starts from the shipped version 8 (not from session 14's trial stages),
     names its two stages with the steps of their configs, tells version 8's account as lineage_v8

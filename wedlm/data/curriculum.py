@@ -115,17 +115,20 @@ def gen_count(rng: random.Random, max_terms: int = 150, min_terms: int = 3,
 
 # ------------------------------------------------------------------ addsub ---
 
+def addsub_example(a: int, op: str, b: int) -> tuple[Example, str]:
+    """The example "What is A op B?" -> "A op B = C" (op "+" or "-") and its key (the prompt)."""
+    c = a + b if op == "+" else a - b
+    prompt = f"What is {a} {op} {b}?"
+    return ({"task": "addsub", "op": "add" if op == "+" else "sub", "prompt": prompt,
+             "answer": f"{a} {op} {b} = {c}", "final": str(c)}, prompt)
+
+
 def gen_addsub(rng: random.Random) -> tuple[Example, str]:
     """Two-digit addition or subtraction (non-negative result); answer "A op B = C"."""
     a, b = rng.randint(10, 99), rng.randint(10, 99)
     if rng.random() < 0.5:
-        op, c = "+", a + b
-    else:
-        a, b = max(a, b), min(a, b)
-        op, c = "-", a - b
-    prompt = f"What is {a} {op} {b}?"
-    return ({"task": "addsub", "op": "add" if op == "+" else "sub", "prompt": prompt,
-             "answer": f"{a} {op} {b} = {c}", "final": str(c)}, prompt)
+        return addsub_example(a, "+", b)
+    return addsub_example(max(a, b), "-", min(a, b))
 
 
 # ----------------------------------------------------------------- listops ---
@@ -393,19 +396,16 @@ def carry_addsub_examples(n: int, seed: int = SEEDS["train"], width: int = 20) -
     if not 1 <= width <= 21:
         raise ValueError(f"width must be in 1..21, got {width}")
     rng = random.Random(f"addsub-carry:{seed}:{width}")
+    h = max(1, width // 2)
 
     def draw() -> tuple[Example, str]:
         if rng.random() < 0.75:
             c = rng.randint(100 - width, 99 + width)
             a = rng.randint(max(10, c - 99), min(99, c - 10))
-            op, b = "+", c - a
-        else:
-            c = rng.randint(10 - max(1, width // 2), 9 + max(1, width // 2))
-            a = rng.randint(max(10, c + 10), 99)
-            op, b = "-", a - c
-        prompt = f"What is {a} {op} {b}?"
-        return ({"task": "addsub", "op": "add" if op == "+" else "sub", "prompt": prompt,
-                 "answer": f"{a} {op} {b} = {c}", "final": str(c)}, prompt)
+            return addsub_example(a, "+", c - a)
+        c = rng.randint(10 - h, 9 + h)
+        a = rng.randint(max(10, c + 10), 99)
+        return addsub_example(a, "-", a - c)
 
     return draw_split(n, draw)
 
