@@ -79,3 +79,28 @@ def test_whole_ratio_boundary_slot_passes_only_at_entropy_zero():
     per_forward = run(16, tau=0.1, lam=0.02, n_out=400)
     steady = per_forward[4:-2]
     assert sum(steady) / len(steady) == pytest.approx(6, rel=0.05)
+
+
+def fewest_forwards(n_tokens: int, window: int, m: int) -> int:
+    """The bound derived in docs/method.md, "The ceiling": a forward fills at most
+    f_t <= min(m, W - f_{t-1}) masks (the slots filled by the previous forward are inputs,
+    not masks), so N forwards produce at most N * m tokens when m <= W / 2, else
+    N * W / 2 plus, for odd N, the one-off min(m, W) - W / 2 of the first forward."""
+    m = min(m, window)
+    n = 1
+    while True:
+        most = n * m if 2 * m <= window else n * window // 2 + (n % 2) * (m - window // 2)
+        if most >= n_tokens:
+            return n
+        n += 1
+
+
+@pytest.mark.parametrize("tau,lam,m", [(0.19, 0.02, 10), (0.21, 0.02, 11), (0.4, 0.02, 20),
+                                       (0.09, 0.02, 5), (0.4, 0.0, 16)])
+def test_forwards_of_the_demo_answer_match_the_bound(tau, lam, m):
+    """The demo's 891 tokens at W = 16: 112 forwards (7.96 per forward) with m = 10 fills per
+    forward, 111 (8.03) once m >= 11, as the shipped model gives at tau 0.2 with lambda 0.02
+    and 0.01; 179 at m = 5. The oracle reaches the bound exactly."""
+    per_forward = run(16, tau=tau, lam=lam, n_out=891)
+    assert len(per_forward) == fewest_forwards(891, 16, m)
+    assert len(per_forward) == {5: 179, 10: 112}.get(m, 111)
