@@ -215,6 +215,9 @@ def train(cfg: TrainConfig) -> Path:
     # The LR schedule is a function of (step, elapsed) kept in trainer_state.json, so no scheduler
     # object is checkpointed (and none is prepared: accelerate steps those once per process).
     model, optimizer = accelerator.prepare(model, optimizer)
+    # `forward_model` runs the steps; `model` (the prepared module) is what checkpoints save.
+    # torch.compile wraps the same parameters, so the optimizer and the saved state are unchanged.
+    forward_model = torch.compile(model, dynamic=True) if cfg.compile else model
 
     ckpts = Checkpoints(cfg.run_dir, cfg.keep_checkpoints)
     state = {"step": 0, "tokens": 0, "elapsed_s": 0.0}
@@ -228,7 +231,7 @@ def train(cfg: TrainConfig) -> Path:
         (cfg.run_dir / "train_config.json").write_text(json.dumps(
             {**cfg.to_dict(), "precision_ran": precision, "cpu": cpu_model() if cpu else None}, indent=2))
     state["precision"] = precision
-    run_loop(cfg, accelerator, model, optimizer, packer, mask_id, ckpts, state, chat_end_id(tokenizer))
+    run_loop(cfg, accelerator, forward_model, optimizer, packer, mask_id, ckpts, state, chat_end_id(tokenizer))
     if stage_done(cfg, state):
         save_final(cfg, accelerator, model, model_config, state)
     return final
