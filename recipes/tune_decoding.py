@@ -56,6 +56,26 @@ def pick(grid: list[dict], tie: float = 0.0) -> tuple[dict, str]:
     return max(close, key=lambda r: (r["tokens_per_forward"], -r["worst_loss"], -r["tau"])), "closest to AR"
 
 
+def settings(windows: str, taus: str, lams: str, pairs: str | None = None) -> list[tuple[float, float, float]]:
+    """(W, tau, lambda) to try: every window times the tau x lambda grid, or times `pairs`
+    ("TAU:LAMBDA,..."), in the order given.
+
+    Raises:
+        ValueError: a pair that is not TAU:LAMBDA (names it).
+    """
+    ws = [float(w) for w in windows.split(",")]
+    if pairs is None:
+        grid = list(itertools.product(map(float, taus.split(",")), map(float, lams.split(","))))
+    else:
+        grid = []
+        for pair in pairs.split(","):
+            parts = pair.split(":")
+            if len(parts) != 2:
+                raise ValueError(f"--pairs: expected TAU:LAMBDA, got {pair!r}")
+            grid.append((float(parts[0]), float(parts[1])))
+    return [(w, tau, lam) for w in ws for tau, lam in grid]
+
+
 def main(argv: list[str] | None = None) -> int:
     from wedlm import LLM
 
@@ -65,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--windows", default="16")
     p.add_argument("--taus", default="0.1,0.2,0.3,0.4,0.6")
     p.add_argument("--lams", default="0,0.02,0.05")
+    p.add_argument("--pairs", default=None,
+                   help="TAU:LAMBDA,... settings to try instead of the --taus x --lams grid "
+                        "(e.g. 0.1:0.02,0.05:0.004), each at every --windows")
     p.add_argument("--n", default="count=60,addsub=100,listops=120", help="validation items per task")
     p.add_argument("--slack", type=float, default=0.005, help="allowed accuracy loss vs AR per task")
     p.add_argument("--tie", type=float, default=None,
@@ -78,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     ar = summarize(suite.run(llms.setdefault(16, LLM(model=args.model, wedlm_window_size=16)), exs, "ar", 0, 0))
     print("ar", json.dumps(ar), flush=True)
     grid = []
-    for w, tau, lam in itertools.product(*(map(float, s.split(",")) for s in (args.windows, args.taus, args.lams))):
+    for w, tau, lam in settings(args.windows, args.taus, args.lams, args.pairs):
         llm = llms.get(int(w)) or llms.setdefault(int(w), LLM(model=args.model, wedlm_window_size=int(w)))
         r = {"window": int(w), "tau": tau, "lambda": lam, **summarize(suite.run(llm, exs, "wedlm", tau, lam))}
         r["worst_loss"] = max(ar["tasks"][t]["accuracy"] - r["tasks"][t]["accuracy"] for t in n)
