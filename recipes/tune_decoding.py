@@ -10,6 +10,7 @@ the lower tau); when no setting is that close, the one closest to AR (the smalle
 worst task, where losses within `--tie` of the smallest count as equal, default one item of the
 smallest task: a one-item difference is noise and must not halve the speed; among those the most
 tokens per forward), recorded as rule "closest to AR" in the output.
+`--pairs TAU:LAMBDA,...` tries those settings instead of the `--taus` x `--lams` grid.
 With --write it goes into the model's generation_config.json (atomically).
 """
 
@@ -56,23 +57,26 @@ def pick(grid: list[dict], tie: float = 0.0) -> tuple[dict, str]:
     return max(close, key=lambda r: (r["tokens_per_forward"], -r["worst_loss"], -r["tau"])), "closest to AR"
 
 
-def settings(windows: str, taus: str, lams: str, pairs: str | None = None) -> list[tuple[float, float, float]]:
+def settings(windows: str, taus: str, lams: str, pairs: str | None = None) -> list[tuple[int, float, float]]:
     """(W, tau, lambda) to try: every window times the tau x lambda grid, or times `pairs`
     ("TAU:LAMBDA,..."), in the order given.
 
     Raises:
-        ValueError: a pair that is not TAU:LAMBDA (names it).
+        ValueError: a pair that is not TAU:LAMBDA with two numbers (names it).
     """
-    ws = [float(w) for w in windows.split(",")]
+    ws = [int(w) for w in windows.split(",")]
     if pairs is None:
         grid = list(itertools.product(map(float, taus.split(",")), map(float, lams.split(","))))
     else:
         grid = []
         for pair in pairs.split(","):
             parts = pair.split(":")
-            if len(parts) != 2:
-                raise ValueError(f"--pairs: expected TAU:LAMBDA, got {pair!r}")
-            grid.append((float(parts[0]), float(parts[1])))
+            try:
+                if len(parts) != 2:
+                    raise ValueError
+                grid.append((float(parts[0]), float(parts[1])))
+            except ValueError:
+                raise ValueError(f"--pairs: expected TAU:LAMBDA (two numbers), got {pair!r}") from None
     return [(w, tau, lam) for w in ws for tau, lam in grid]
 
 

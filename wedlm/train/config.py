@@ -67,7 +67,7 @@ class TrainConfig:
     chunk: int = 256
     mixed_precision: str = "auto"  # auto: bf16 on CUDA and on CPUs with bf16 units (AMX/AVX512-BF16), else fp32
     num_threads: int | None = None  # torch CPU threads per process
-    compile: bool = False  # torch.compile the model's forward (inductor; dynamic shapes, one compile per run)
+    compile: bool = False  # torch.compile the model's forward (inductor; dynamic shapes; compiles once per run or resume)
 
     def __post_init__(self) -> None:
         if self.stage not in STAGES:
