@@ -53,7 +53,10 @@ STAGES = [("ar", "AR training from scratch (next-token loss on answers)", "confi
           ("wedlm-deep11", "version 8 continued: two-digit distractor ranges, AR stop weight 20x -> 1x "
            "(`V9=1`)", "configs/tiny_wedlm_deep11.yaml"),
           ("wedlm-deep12", "sums and differences next to a change in their digit count added, half the "
-           "learning rate (`V9=1`)", "configs/tiny_wedlm_deep12.yaml")]
+           "learning rate (`V9=1`)", "configs/tiny_wedlm_deep12.yaml"),
+          ("wedlm-deep13", "version 9 continued: more two-digit distractor ranges, carry sums and arithmetic, "
+           "compiled (`V10=1`)", "configs/tiny_wedlm_deep13.yaml"),
+          ("wedlm-deep14", "the mask stream's end weight 40x -> 8x (`V10=1`)", "configs/tiny_wedlm_deep14.yaml")]
 
 
 def stages_run(run: Path) -> list[tuple[str, str, str]]:
@@ -261,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     v7 = "wedlm-deep" in names
     v8 = [n for n in ("deep3", "deep4", "deep5") if f"wedlm-{n}" in names]
     v9 = "wedlm-deep12" in names
+    v10 = "wedlm-deep14" in names
     train_cfg = json.loads((run / here[0] / "train_config.json").read_text())
     tune_line = "not run"
     if tune and not tune.get("best"):
@@ -315,9 +319,9 @@ def main(argv: list[str] | None = None) -> int:
                                           if v5 else "") + (mix_section("V6", "tens5", "tens6", "tens7")
                                                             if v6 else "")
         + (mix_section("V7", "deep", "deep2") if v7 else "") + (mix_section("V8", *v8) if v8 else "")
-        + (mix_section("V9", "deep11", "deep12") if v9 else ""),
+        + (mix_section("V9", "deep11", "deep12") if v9 else "") + (mix_section("V10", "deep13", "deep14") if v10 else ""),
         can_do=CAN_DO_V6 if v6 else CAN_DO_V5 if v5 else CAN_DO_V4 if v4 else CAN_DO_V3,
-        lineage=lineage_v9(totals["minutes"], v8) if v9 else lineage_v8(v8, totals["minutes"]) if v8 else LINEAGE_V7 if v7 else LINEAGE_V6 if v6 else LINEAGE_V5 if v5 else LINEAGE_V4.format(
+        lineage=lineage_v10(totals["minutes"], v8) if v10 else lineage_v9(totals["minutes"], v8) if v9 else lineage_v8(v8, totals["minutes"]) if v8 else LINEAGE_V7 if v7 else LINEAGE_V6 if v6 else LINEAGE_V5 if v5 else LINEAGE_V4.format(
             forms=(", and a third at a lower learning rate with more arithmetic and list operations and "
                    "short ranges of every counting form" if "wedlm-forms" in names else ""),
             v4_stages="5, 6 and 7" if "wedlm-forms" in names else "5 and 6") if v4 else LINEAGE_V3 if continued else LINEAGE_V2,
@@ -461,6 +465,29 @@ def lineage_v8(stages: list[str], minutes: float) -> str:
     whole lineage's training clock (the card's total row)."""
     return textwrap.fill(f"This is version 8 of the shipped weights: {v8_account(stages)} {reproduces(8, minutes)}",
                          width=100)
+
+
+def lineage_v10(minutes: float, v8: list[str] | tuple[str, ...] = ("deep3", "deep4", "deep5")) -> str:
+    """Lineage of version 10: version 9 continued by the two `V10=1` stages, `wedlm-deep13` and
+    `wedlm-deep14` (minutes and weights read from their configs), then version 9's own lineage.
+    `minutes`: the card's total row."""
+    import yaml
+
+    c13, c14 = (yaml.safe_load((REPO / "configs" / f"tiny_wedlm_{n}.yaml").read_text()) for n in ("deep13", "deep14"))
+    v9 = lineage_v9(minutes, v8).replace("This is version 9 of the shipped weights: version 8", "Version 9 was version 8", 1)
+    v9 = v9.split(" `V9=1 bash recipes/wedlm_tiny.sh`")[0].split(" `V9=1` ")[0]
+    head = textwrap.fill(
+        f"This is version 10 of the shipped weights: version 9 continued by two stages (`V10=1`, bf16 autocast, "
+        f"compiled training: `compile: true`). The first (`configs/tiny_wedlm_deep13.yaml`, "
+        f"{c13['max_minutes']:g} minutes annealed on the clock) read freshly drawn records with more two-digit "
+        f"distractor ranges, carry sums and arithmetic; the second (`configs/tiny_wedlm_deep14.yaml`, "
+        f"{c14['max_minutes']:g} minutes, peak learning rate {c14['lr']:g}) lowered the mask stream's end weight "
+        f"from {c13['mask_end_weight']:g} to {c14['mask_end_weight']:g}: a weight w on the end token's "
+        f"cross-entropy makes a mask slot predict the end once its chance exceeds 1 / (w + 1), and most of "
+        f"version 9's own `wedlm` misses were early ends (docs/training.md, \"The end weight\"). "
+        f"`V10=1 bash recipes/wedlm_tiny.sh` reproduces version 10 from an empty `runs/` folder (about "
+        f"{minutes:.0f} minutes on 2 quiet cores).", width=100)
+    return head + "\n\n" + v9
 
 
 def lineage_v9(minutes: float, v8: list[str] | tuple[str, ...] = ("deep3", "deep4", "deep5")) -> str:

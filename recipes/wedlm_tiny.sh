@@ -40,7 +40,12 @@
 #      (configs/tiny_wedlm_deep11.yaml, 2,000 steps, ~70 min), then the same with sums and
 #      differences next to a change in their digit count added, at half the learning rate
 #      (configs/tiny_wedlm_deep12.yaml, 1,000 steps, ~35 min; both bf16 autocast), exported over
-#      models/wedlm-tiny.
+#      models/wedlm-tiny (unless V10=1).
+#  13. only with V10=1 (implies V9=1): version 9 continued by two stages on freshly drawn records:
+#      more last-two-digit distractor ranges, carry sums and arithmetic (configs/tiny_wedlm_deep13.yaml,
+#      80 min annealed on the clock), then the mask stream's end weight 40 -> 8
+#      (configs/tiny_wedlm_deep14.yaml, 30 min; both bf16 autocast and compiled: `compile: true`),
+#      exported over models/wedlm-tiny.
 # Resumable: rerun the same command; finished stages are skipped (their final/ exists) and an
 # interrupted stage continues from its last checkpoint. The run owns both cores: start nothing
 # else meanwhile (tokens/s in runs/wedlm-tiny/*/log.jsonl shows when something does).
@@ -82,6 +87,7 @@ stage ar      $PY -m wedlm.cli.main train --config configs/tiny_ar.yaml
 [ -f "$RUN/ar-wedlm/config.json" ] || stage convert $PY -m wedlm.cli.main convert "$RUN/ar/final" "$RUN/ar-wedlm"
 stage wedlm   $PY -m wedlm.cli.main train --config configs/tiny_wedlm.yaml
 [ -f "$RUN/wedlm-cont/final/config.json" ] || stage export $PY -m wedlm.train.export "$RUN/wedlm/final" "$OUT"
+[ "${V10:-0}" = 1 ] && V9=1
 [ "${V9:-0}" = 1 ] && V8=1
 [ "${V8:-0}" = 1 ] && V7=1
 [ "${V7:-0}" = 1 ] && V6=1
@@ -143,6 +149,13 @@ if [ "${V9:-0}" = 1 ]; then  # own mixes, not $MIX: two-digit distractor ranges 
     '{"seed": 28, "distractor": {"30": 12000}, "distractor2": {"50": 5000}, "simple_forms": {"6": 10000}, "replay": {"count": 8000, "addsub": 12000, "listops": 10000}}'
   mix_stage wedlm-deep12 configs/tiny_wedlm_deep12.yaml data/widen/v28mix.jsonl \
     '{"seed": 29, "distractor": {"30": 12000}, "distractor2": {"50": 5000}, "carry": {"20": 8000}, "simple_forms": {"6": 10000}, "replay": {"count": 8000, "addsub": 12000, "listops": 10000}}'
-  stage export-v9 $PY -m wedlm.train.export "$RUN/wedlm-deep12/final" "$OUT"
+  [ "${V10:-0}" = 1 ] || stage export-v9 $PY -m wedlm.train.export "$RUN/wedlm-deep12/final" "$OUT"
+fi
+if [ "${V10:-0}" = 1 ]; then
+  mix_stage wedlm-deep13 configs/tiny_wedlm_deep13.yaml data/widen/v29mix.jsonl \
+    '{"seed": 30, "distractor": {"30": 16000}, "distractor2": {"50": 8000}, "carry": {"20": 12000}, "simple_forms": {"6": 10000}, "replay": {"count": 12000, "addsub": 20000, "listops": 10000}}'
+  mix_stage wedlm-deep14 configs/tiny_wedlm_deep14.yaml data/widen/v30mix.jsonl \
+    '{"seed": 31, "distractor": {"30": 12000}, "distractor2": {"50": 8000}, "carry": {"20": 8000}, "simple_forms": {"6": 10000}, "replay": {"count": 8000, "addsub": 12000, "listops": 10000}}'
+  stage export-v10 $PY -m wedlm.train.export "$RUN/wedlm-deep14/final" "$OUT"
 fi
 echo "=== recipe done: $OUT"
