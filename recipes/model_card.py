@@ -474,8 +474,9 @@ def lineage_v10(minutes: float, v8: list[str] | tuple[str, ...] = ("deep3", "dee
     import yaml
 
     c13, c14 = (yaml.safe_load((REPO / "configs" / f"tiny_wedlm_{n}.yaml").read_text()) for n in ("deep13", "deep14"))
-    v9 = lineage_v9(minutes, v8).replace("This is version 9 of the shipped weights: version 8", "Version 9 was version 8", 1)
-    v9 = v9.split(" `V9=1 bash recipes/wedlm_tiny.sh`")[0].split(" `V9=1` ")[0]
+    v9 = " ".join(lineage_v9(minutes, v8).split())  # unfilled, so that the sentences below match
+    v9 = v9.replace("This is version 9 of the shipped weights: version 8", "Version 9 was version 8", 1)
+    v9 = textwrap.fill(v9.split(" `V9=1 bash recipes/wedlm_tiny.sh`")[0], width=100)
     head = textwrap.fill(
         f"This is version 10 of the shipped weights: version 9 continued by two stages (`V10=1`, bf16 autocast, "
         f"compiled training: `compile: true`). The first (`configs/tiny_wedlm_deep13.yaml`, "

@@ -132,7 +132,24 @@ def test_lineage_v9_continues_version_8_with_its_two_stages():
     assert text.endswith("`V9=1 bash recipes/wedlm_tiny.sh` reproduces version 9 from an empty `runs/` folder "
                          "(about 700 minutes on 2 quiet cores).")
     assert not any(f"deep{n}" in text for n in (7, 8, 9, 10))
-    assert [name for name, _, _ in STAGES][-3:] == ["wedlm-deep5", "wedlm-deep11", "wedlm-deep12"]
+    assert [name for name, _, _ in STAGES][-5:] == ["wedlm-deep5", "wedlm-deep11", "wedlm-deep12",
+                                                   "wedlm-deep13", "wedlm-deep14"]
+
+
+def test_lineage_v10_continues_version_9_and_ends_with_version_9s_account():
+    """Version 10's lineage names its two stages with the minutes and end weights of their
+    configs and the `V10=1` recipe, then tells version 9's lineage without its own recipe line."""
+    from recipes.model_card import lineage_v9, lineage_v10
+
+    flat = lambda text: " ".join(text.split())  # noqa: E731
+    text = flat(lineage_v10(888.2))
+    assert text.startswith("This is version 10 of the shipped weights: version 9 continued by two stages (`V10=1`")
+    assert "(`configs/tiny_wedlm_deep13.yaml`, 80 minutes annealed on the clock)" in text
+    assert "end weight from 40 to 8" in text
+    assert "`V10=1 bash recipes/wedlm_tiny.sh` reproduces version 10 from an empty `runs/` folder (about 888 minutes" in text
+    v9 = flat(lineage_v9(888.2)).replace("This is version 9 of the shipped weights: version 8", "Version 9 was version 8")
+    assert text.endswith(v9.split(" `V9=1 bash")[0])
+    assert "reproduces version 9" not in text
 
 
 def test_stop_probe_groups_values_and_reads_both_heads(tiny_wedlm):
