@@ -469,14 +469,11 @@ def lineage_v8(stages: list[str], minutes: float) -> str:
 
 def lineage_v10(minutes: float, v8: list[str] | tuple[str, ...] = ("deep3", "deep4", "deep5")) -> str:
     """Lineage of version 10: version 9 continued by the two `V10=1` stages, `wedlm-deep13` and
-    `wedlm-deep14` (minutes and weights read from their configs), then version 9's own lineage.
-    `minutes`: the card's total row."""
+    `wedlm-deep14` (minutes and weights read from their configs), how to reproduce it, then
+    `v9_account(v8)` as its own paragraph. `minutes`: the card's total row."""
     import yaml
 
     c13, c14 = (yaml.safe_load((REPO / "configs" / f"tiny_wedlm_{n}.yaml").read_text()) for n in ("deep13", "deep14"))
-    v9 = " ".join(lineage_v9(minutes, v8).split())  # unfilled, so that the sentences below match
-    v9 = v9.replace("This is version 9 of the shipped weights: version 8", "Version 9 was version 8", 1)
-    v9 = textwrap.fill(v9.split(" `V9=1 bash recipes/wedlm_tiny.sh`")[0], width=100)
     head = textwrap.fill(
         f"This is version 10 of the shipped weights: version 9 continued by two stages (`V10=1`, bf16 autocast, "
         f"compiled training: `compile: true`). The first (`configs/tiny_wedlm_deep13.yaml`, "
@@ -486,33 +483,37 @@ def lineage_v10(minutes: float, v8: list[str] | tuple[str, ...] = ("deep3", "dee
         f"from {c13['mask_end_weight']:g} to {c14['mask_end_weight']:g}: a weight w on the end token's "
         f"cross-entropy makes a mask slot predict the end once its chance exceeds 1 / (w + 1), and most of "
         f"version 9's own `wedlm` misses were early ends (docs/training.md, \"The end weight\"). "
-        f"`V10=1 bash recipes/wedlm_tiny.sh` reproduces version 10 from an empty `runs/` folder (about "
-        f"{minutes:.0f} minutes on 2 quiet cores).", width=100)
-    return head + "\n\n" + v9
+        f"{reproduces(10, minutes)}", width=100)
+    return head + "\n\n" + textwrap.fill(f"Version 9 was {v9_account(v8)}", width=100)
 
 
-def lineage_v9(minutes: float, v8: list[str] | tuple[str, ...] = ("deep3", "deep4", "deep5")) -> str:
-    """Lineage of version 9: version 8 continued directly by the two `V9=1` stages, `wedlm-deep11`
-    and `wedlm-deep12` (steps, stop weights and learning rates read from their configs), then
-    `v8_account(v8)` (`v8`: version 8's `V8=1` stages, all three by default, as shipped). Session
-    14's trial stages deep7-deep10 were never shipped and are no part of it. `minutes`: the card's
-    total row."""
+def v9_account(v8: list[str] | tuple[str, ...] = ("deep3", "deep4", "deep5")) -> str:
+    """What version 9 is, from "version 8 continued by two stages" to "... are in git history.":
+    the two `V9=1` stages, `wedlm-deep11` and `wedlm-deep12` (steps, stop weights and learning
+    rates read from their configs), then `v8_account(v8)` (`v8`: version 8's `V8=1` stages, all
+    three by default, as shipped). Session 14's trial stages deep7-deep10 were never shipped and
+    are no part of it. Shared by the lineages of version 9 and of version 10."""
     import yaml
 
     c11, c12 = (yaml.safe_load((REPO / "configs" / f"tiny_wedlm_{n}.yaml").read_text()) for n in ("deep11", "deep12"))
-    return textwrap.fill(
-        f"This is version 9 of the shipped weights: version 8 continued by two stages (`V9=1`, bf16 autocast). "
-        f"The first (`configs/tiny_wedlm_deep11.yaml`, {c11['max_steps']:,} steps) read unseen records of "
-        f"version 8's mix with more counting records and two-digit distractor ranges added (`distractor2`): "
-        f"ranges in which an earlier value ends in B's last two digits, against the last-two-digits shortcut "
-        f"that made version 8 stop 100 before B (docs/training.md, \"The last-two-digits shortcut\"), with the "
-        f"AR stop weight at {c11['end_weight']:g} (`end_weight`) and the mask stream's end weight at "
-        f"{c11['mask_end_weight']:g} (`mask_end_weight`), each block's leftmost mask still weighted "
-        f"{c11['first_mask_weight']:g}x. The second (`configs/tiny_wedlm_deep12.yaml`, {c12['max_steps']:,} steps, "
-        f"peak learning rate {c12['lr']:g}) added sums and differences next to a change in their number of "
-        f"digits (`carry`), where `wedlm` had written a sum's last digit twice (\"67 + 17 = 844\"; "
-        f"docs/training.md, \"Where a sum ends\"). Version 8 was {v8_account(list(v8))} {reproduces(9, minutes)}",
-        width=100)
+    return (f"version 8 continued by two stages (`V9=1`, bf16 autocast). "
+            f"The first (`configs/tiny_wedlm_deep11.yaml`, {c11['max_steps']:,} steps) read unseen records of "
+            f"version 8's mix with more counting records and two-digit distractor ranges added (`distractor2`): "
+            f"ranges in which an earlier value ends in B's last two digits, against the last-two-digits shortcut "
+            f"that made version 8 stop 100 before B (docs/training.md, \"The last-two-digits shortcut\"), with the "
+            f"AR stop weight at {c11['end_weight']:g} (`end_weight`) and the mask stream's end weight at "
+            f"{c11['mask_end_weight']:g} (`mask_end_weight`), each block's leftmost mask still weighted "
+            f"{c11['first_mask_weight']:g}x. The second (`configs/tiny_wedlm_deep12.yaml`, {c12['max_steps']:,} steps, "
+            f"peak learning rate {c12['lr']:g}) added sums and differences next to a change in their number of "
+            f"digits (`carry`), where `wedlm` had written a sum's last digit twice (\"67 + 17 = 844\"; "
+            f"docs/training.md, \"Where a sum ends\"). Version 8 was {v8_account(list(v8))}")
+
+
+def lineage_v9(minutes: float, v8: list[str] | tuple[str, ...] = ("deep3", "deep4", "deep5")) -> str:
+    """Lineage of version 9: `v9_account(v8)`, then how to reproduce it; `minutes`: the card's
+    total row."""
+    return textwrap.fill(f"This is version 9 of the shipped weights: {v9_account(v8)} {reproduces(9, minutes)}",
+                         width=100)
 
 
 LINEAGE_V2 = """This is version 2 of the shipped weights. Version 1 (a 2.4M model of the same shape trained on

@@ -106,8 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     print("ar", json.dumps(ar), flush=True)
     grid = []
     for w, tau, lam in settings(args.windows, args.taus, args.lams, args.pairs):
-        llm = llms.get(int(w)) or llms.setdefault(int(w), LLM(model=args.model, wedlm_window_size=int(w)))
-        r = {"window": int(w), "tau": tau, "lambda": lam, **summarize(suite.run(llm, exs, "wedlm", tau, lam))}
+        llm = llms.get(w) or llms.setdefault(w, LLM(model=args.model, wedlm_window_size=w))
+        r = {"window": w, "tau": tau, "lambda": lam, **summarize(suite.run(llm, exs, "wedlm", tau, lam))}
         r["worst_loss"] = max(ar["tasks"][t]["accuracy"] - r["tasks"][t]["accuracy"] for t in n)
         r["ok"] = r["worst_loss"] <= args.slack
         grid.append(r)

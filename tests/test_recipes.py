@@ -139,7 +139,7 @@ def test_lineage_v9_continues_version_8_with_its_two_stages():
 def test_lineage_v10_continues_version_9_and_ends_with_version_9s_account():
     """Version 10's lineage names its two stages with the minutes and end weights of their
     configs and the `V10=1` recipe, then tells version 9's lineage without its own recipe line."""
-    from recipes.model_card import lineage_v9, lineage_v10
+    from recipes.model_card import lineage_v10, v9_account
 
     flat = lambda text: " ".join(text.split())  # noqa: E731
     text = flat(lineage_v10(888.2))
@@ -147,8 +147,9 @@ def test_lineage_v10_continues_version_9_and_ends_with_version_9s_account():
     assert "(`configs/tiny_wedlm_deep13.yaml`, 80 minutes annealed on the clock)" in text
     assert "end weight from 40 to 8" in text
     assert "`V10=1 bash recipes/wedlm_tiny.sh` reproduces version 10 from an empty `runs/` folder (about 888 minutes" in text
-    v9 = flat(lineage_v9(888.2)).replace("This is version 9 of the shipped weights: version 8", "Version 9 was version 8")
-    assert text.endswith(v9.split(" `V9=1 bash")[0])
+    assert text.endswith(flat(f"Version 9 was {v9_account()}"))
+    assert flat(v9_account()).startswith("version 8 continued by two stages (`V9=1`, bf16 autocast). The first "
+                                         "(`configs/tiny_wedlm_deep11.yaml`, 2,000 steps)")
     assert "reproduces version 9" not in text
 
 
