@@ -311,3 +311,41 @@ def test_mix_spec_takes_carry(tmp_path):
     assert len(recs) == 32 and sum(r["source"] == "addsub" for r in recs) == 30
     finals = [int(r["messages"][1]["content"].split(" = ")[1]) for r in recs if r["source"] == "addsub"]
     assert all(80 <= f <= 119 or 0 <= f <= 19 for f in finals)
+
+
+def test_edge_records_start_near_zero_or_end_near_a_change_of_digit_count():
+    """Every range starts within three steps of 0, says its last value within three steps of
+    10/100/1000, or reaches 1000..1100; 2..max_terms terms; all forms; every key of the train split."""
+    exs = cur.edge_count_examples(600, max_terms=40)
+    assert len(exs) == 600 and cur.edge_count_examples(600, max_terms=40) == exs
+    assert cur.edge_count_examples(600, max_terms=20) != exs  # own draws per max_terms
+    kinds = {"zero": 0, "crossing": 0, "four": 0}
+    steps, downs = set(), 0
+    for ex in exs:
+        values = [int(v) for v in ex["answer"].split(", ")]
+        assert values == _count_values(ex["prompt"])
+        assert 2 <= len(values) <= 40 and 0 <= min(values) and max(values) <= 1100
+        step = abs(values[1] - values[0])
+        steps.add(step)
+        down = ex["prompt"].startswith("Count down from ")
+        downs += down
+        key = f"count:{min(values)}:{max(values)}:{step}" + (":down" if down else "")
+        assert cur.split_of(key) == "train"
+        zero = min(values) <= 3 * step
+        crossing = any(abs(values[-1] - c) <= 3 * step for c in (10, 100, 1000))
+        four = 1000 <= max(values) <= 1100
+        assert zero or crossing or four, ex["prompt"]
+        kinds["zero"] += zero
+        kinds["crossing"] += crossing
+        kinds["four"] += four
+    assert steps == {1, 2, 5, 10} and 0.35 < downs / 600 < 0.65
+    assert kinds["zero"] > 150 and kinds["crossing"] > 200 and kinds["four"] > 100
+    with pytest.raises(ValueError, match="max_terms"):
+        cur.edge_count_examples(1, max_terms=1)
+
+
+def test_mix_spec_takes_edge(tmp_path):
+    cur.main(["--out", str(tmp_path / "m.jsonl"), "--mix", '{"edge": {"12": 20}, "replay": {"addsub": 3}}'])
+    recs = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert len(recs) == 23 and sum(r["source"] == "count" for r in recs) == 20
+    assert max(len(r["messages"][1]["content"].split(", ")) for r in recs if r["source"] == "count") <= 12

@@ -376,6 +376,49 @@ def distractor_count_examples(n: int, seed: int = SEEDS["train"], max_extra: int
     return _form_examples(n, name, terms)
 
 
+def edge_count_examples(n: int, seed: int = SEEDS["train"], max_terms: int = 40) -> list[Example]:
+    """`n` TRAIN-split counting examples of every form (up or down, steps 1/2/5/10) whose range
+    starts near 0 or ends within three steps of a change in the number of digits (10, 100,
+    1000), or runs from below 1000 to 1000..1100; 2..`max_terms` terms.
+
+    Why: these endpoints are where streaming decoding lost items that AR decoding got right on
+    validation ("Count from 0 to 14 in steps of 2." -> "2, 4, 4, 8"; "Count from 0 to 10." ran
+    on to 13; "Count down from 101 to 98." stopped at 99; "Count from 977 to 1100." stopped at
+    1000): near a length change, a far slot's mask must know how many digits the values have
+    and when the last one comes without seeing the values before it. The usual generator puts
+    a length change inside a range (35%) but rarely within a few steps of either end.
+
+    Raises:
+        ValueError: `max_terms` < 2.
+    """
+    if max_terms < 2:
+        raise ValueError(f"max_terms must be >= 2, got {max_terms}")
+    rng = random.Random(f"count-edge:{seed}:{max_terms}")
+
+    def draw() -> tuple[Example, str]:
+        step = rng.choice((1, 2, 5, 10))
+        terms = rng.randint(2, min(max_terms, 1100 // step + 1))
+        span = (terms - 1) * step
+        down = rng.random() < 0.5
+        kind = rng.random()
+        if kind < 0.35:  # starts at or near 0
+            low = rng.randint(0, 3 * step)
+            if rng.random() < 0.7:
+                low -= low % step
+        elif kind < 0.8:  # the last value said is within three steps of 10, 100 or 1000
+            end = max(0, rng.choice(CROSSINGS) + rng.randint(-3, 3) * step)
+            low = end if down else end - span
+        else:  # crosses 1000 and ends in 1000..1100 (the four-digit end values)
+            high = rng.randint(1000, 1100)
+            low = high - span
+            if not 0 <= low < 1000:
+                low = rng.randint(max(0, 1000 - span), 999)
+        low = max(0, min(low, 1100 - span))
+        return count_example(low, low + span, step, down)
+
+    return draw_split(n, draw)
+
+
 def carry_addsub_examples(n: int, seed: int = SEEDS["train"], width: int = 20) -> list[Example]:
     """`n` TRAIN-split two-digit sums and differences whose result is within `width` of a change
     in its number of digits: a + b in 100 - width .. 99 + width, or a - b in 10 - h .. 9 + h with
@@ -449,7 +492,8 @@ def build_stop(out: Path, n_short: int, n_replay: int, seed: int = SEEDS["train"
 def build_mix(out: Path, simple: dict[int, int] | None = None, short: dict[int, int] | None = None,
               replay: dict[str, int] | None = None, seed: int = SEEDS["train"] + 2, demo: float = 0.0,
               simple_forms: dict[int, int] | None = None, distractor: dict[int, int] | None = None,
-              distractor2: dict[int, int] | None = None, carry: dict[int, int] | None = None) -> int:
+              distractor2: dict[int, int] | None = None, carry: dict[int, int] | None = None,
+              edge: dict[int, int] | None = None) -> int:
     """Write one shuffled TRAIN-split mix to the file `out`; returns records.
 
     `simple` maps max terms -> records of `simple_count_examples` (1..max terms, up, step 1);
@@ -460,6 +504,8 @@ def build_mix(out: Path, simple: dict[int, int] | None = None, short: dict[int, 
     digits (`digits=2`: ranges of 11 to 150 terms, depending on the step);
     `carry` maps a width -> records of `carry_addsub_examples` (results within the width of a
     change in their number of digits);
+    `edge` maps max terms -> records of `edge_count_examples` (ranges that start near 0 or end
+    near a change in the number of digits);
     `short` maps max terms -> records of `short_count_examples` (2..max terms, every counting
     form, demo range at a share `demo`); `replay` maps task -> records of the usual generators.
     This builds the widening stages after the stop experiments (docs/training.md): the simple
@@ -479,6 +525,8 @@ def build_mix(out: Path, simple: dict[int, int] | None = None, short: dict[int, 
         records += [to_chat(ex) for ex in distractor_count_examples(n, seed, int(max_extra), digits=2)]
     for width, n in (carry or {}).items():
         records += [to_chat(ex) for ex in carry_addsub_examples(n, seed, int(width))]
+    for max_terms, n in (edge or {}).items():
+        records += [to_chat(ex) for ex in edge_count_examples(n, seed, int(max_terms))]
     for max_terms, n in (short or {}).items():
         records += [to_chat(ex) for ex in short_count_examples(n, seed, int(max_terms), 2, demo)]
     records += train_chat_records(dict(replay or {}), seed)
@@ -516,13 +564,13 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"--mix must be a JSON object: {e}")
         if not isinstance(spec, dict):
             raise SystemExit(f"--mix must be a JSON object, got {type(spec).__name__}")
-        keys = ("simple", "simple_forms", "distractor", "distractor2", "carry", "short", "replay", "seed", "demo")
+        keys = ("simple", "simple_forms", "distractor", "distractor2", "carry", "edge", "short", "replay", "seed", "demo")
         unknown = set(spec) - set(keys)
         if unknown:
             raise SystemExit(f"--mix: unknown keys {sorted(unknown)}; expected {', '.join(keys)}")
         n = build_mix(a.out, spec.get("simple"), spec.get("short"), spec.get("replay"),
                       a.seed + int(spec.get("seed", 2)), float(spec.get("demo", 0.0)), spec.get("simple_forms"),
-                      spec.get("distractor"), spec.get("distractor2"), spec.get("carry"))
+                      spec.get("distractor"), spec.get("distractor2"), spec.get("carry"), spec.get("edge"))
         print(f"{a.out}: {n} records")
         return
     if a.simple_stop:
