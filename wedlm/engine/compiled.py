@@ -71,9 +71,12 @@ class CompiledForward:
     Args:
         device: the model's device.
         kv_tensors: every K and V cache tensor (marked static on CUDA).
+        collectives: the model is one tensor-parallel rank's shard (its forward holds
+            all-reduces): on a CPU the graph keeps inductor's Python calling code, since its
+            C++ wrapper cannot call collectives.
     """
 
-    def __init__(self, device: torch.device, kv_tensors: list[torch.Tensor]) -> None:
+    def __init__(self, device: torch.device, kv_tensors: list[torch.Tensor], collectives: bool = False) -> None:
         self.graphs = 0
         self.compile_s = 0.0
         dynamo_config = torch._dynamo.config
@@ -81,7 +84,7 @@ class CompiledForward:
         # On a CPU the graph's calling code is generated as C++ (inductor's `cpp_wrapper`): a
         # one-token step of the shipped model spends ~0.2 ms in the Python wrapper otherwise
         # (docs/engine.md, "C++ wrapper"); compiling a graph takes longer instead.
-        options = {"cpp_wrapper": True} if device.type == "cpu" else None
+        options = {"cpp_wrapper": True} if device.type == "cpu" and not collectives else None
         self._compiled = torch.compile(forward_logits, dynamic=True, options=options)
         self._graphed = None
         for t in kv_tensors:  # fixed shapes: no symbolic sizes to collide with the step's sizes

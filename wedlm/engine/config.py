@@ -86,9 +86,6 @@ class EngineConfig:
             raise ValueError(f"enforce_eager must be True or False, got {self.enforce_eager!r}")
         if self.autocast is not None and not isinstance(self.autocast, bool):
             raise ValueError(f"autocast must be None (automatic), True or False, got {self.autocast!r}")
-        if self.tensor_parallel_size > 1 and not self.enforce_eager:
-            raise ValueError("enforce_eager=False (the compiled forward) is not supported with "
-                             f"tensor_parallel_size={self.tensor_parallel_size} yet; use enforce_eager=True")
         if self.tensor_parallel_size > 1 and self.autocast:
             raise ValueError("autocast=True is not supported with "
                              f"tensor_parallel_size={self.tensor_parallel_size}; use autocast=None or False")

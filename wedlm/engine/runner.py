@@ -87,10 +87,12 @@ class ModelRunner:
             on bucket-padded inputs.
         autocast: run the model under torch.autocast with this dtype (bf16 on a CPU with
             bf16 matrix units); None = the weights' dtype.
+        sharded: `model` is one tensor-parallel rank's shard (`parallel/`); its compiled
+            forward then holds the collectives.
     """
 
     def __init__(self, model: QwenForCausalLM, num_blocks: int, block_size: int, fast_path: bool = True,
-                 enforce_eager: bool = True, autocast: torch.dtype | None = None) -> None:
+                 enforce_eager: bool = True, autocast: torch.dtype | None = None, sharded: bool = False) -> None:
         cfg = model.config
         self.model = optimize_for_inference(model) if fast_path else model
         if fast_path and autocast is not None:  # no per-forward weight casts (fast_model.py)
@@ -104,7 +106,8 @@ class ModelRunner:
         self.kv_cache = KVCache(cfg.num_hidden_layers, num_blocks + 1, block_size, _kv_heads(model),
                                 cfg.head_dim, model.dtype, self.device)
         self.pad_slot = num_blocks * block_size
-        self.compiled = None if enforce_eager else CompiledForward(self.device, self.kv_cache.k + self.kv_cache.v)
+        self.compiled = None if enforce_eager else CompiledForward(self.device, self.kv_cache.k + self.kv_cache.v,
+                                                                   collectives=sharded)
 
     @staticmethod
     def kv_bytes_per_block(model: QwenForCausalLM, block_size: int) -> int:

@@ -30,7 +30,7 @@ def load_engine_model(config: EngineConfig, device: torch.device, dtype: str) ->
 def make_engine_runner(model: QwenForCausalLM, num_blocks: int, config: EngineConfig,
                        device: torch.device, dtype: str, autocast: torch.dtype | None = None) -> ModelRunner:
     """A `ModelRunner` (compiled unless `config.enforce_eager`, under `autocast`), or a
-    `TensorParallelRunner` (eager, no autocast) that starts ranks 1..N-1."""
+    `TensorParallelRunner` (compiled unless `config.enforce_eager`, no autocast) that starts ranks 1..N-1."""
     size = config.tensor_parallel_size
     if size == 1:
         return ModelRunner(model, num_blocks, config.kv_block_size, config.fast_path,
@@ -38,4 +38,5 @@ def make_engine_runner(model: QwenForCausalLM, num_blocks: int, config: EngineCo
     from .runner import TensorParallelRunner, rank_devices
 
     return TensorParallelRunner(model, num_blocks, config.kv_block_size, config.fast_path,
-                                model_path=config.model, dtype=dtype, devices=rank_devices(device, size))
+                                model_path=config.model, dtype=dtype, devices=rank_devices(device, size),
+                                enforce_eager=config.enforce_eager)

@@ -42,7 +42,8 @@ class TensorParallelRunner(ModelRunner):
 
     Args:
         model: rank 0's shard (`load_model_shard(..., rank=0, world_size=N)`).
-        num_blocks, block_size, fast_path: as `ModelRunner`; every rank allocates the same blocks.
+        num_blocks, block_size, fast_path, enforce_eager: as `ModelRunner`; every rank allocates the
+            same blocks and runs the same (eager or compiled) forward.
         model_path, dtype: what the workers load.
         devices: one per rank (`rank_devices`).
         timeout_s: limit of one collective of a forward.
@@ -52,12 +53,12 @@ class TensorParallelRunner(ModelRunner):
     """
 
     def __init__(self, model: QwenForCausalLM, num_blocks: int, block_size: int, fast_path: bool, *,
-                 model_path: str, dtype: str, devices: list[torch.device],
+                 model_path: str, dtype: str, devices: list[torch.device], enforce_eager: bool = True,
                  timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        super().__init__(model, num_blocks, block_size, fast_path)
+        super().__init__(model, num_blocks, block_size, fast_path, enforce_eager=enforce_eager, sharded=True)
         spec = WorkerSpec(model=str(model_path), dtype=dtype, devices=[str(d) for d in devices],
                           num_blocks=num_blocks, block_size=block_size, fast_path=fast_path, port=0,
-                          num_threads=torch.get_num_threads(), timeout_s=timeout_s)
+                          num_threads=torch.get_num_threads(), timeout_s=timeout_s, enforce_eager=enforce_eager)
         self.workers = WorkerGroup(spec)
 
     def run(self, items: list[ForwardItem]) -> list[ForwardOutput]:

@@ -16,7 +16,10 @@ other ranks, in the manner of gpt-fast:
 | `lm_head` (tied or not) | rows (vocabulary) | all-gather of the asked-for rows' logits |
 
 So a decoder layer costs two all-reduces, and every rank ends a forward with
-the full logits of the rows the decoder asked for. `shard_slice` is the one
+the full logits of the rows the decoder asked for. The collectives are torch's
+functional ones (`torch.distributed._functional_collectives`: they return a new
+tensor instead of writing in place), which `torch.compile` traces into its graph,
+so the compiled forward (`enforce_eager=False`) runs sharded as well. `shard_slice` is the one
 table both the swap and the per-rank checkpoint reader (`loading.py`) use.
 """
 
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
 import torch.nn.functional as F
 from torch import nn
 
@@ -100,8 +104,7 @@ class RowParallelLinear(nn.Linear):
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = F.linear(x, self.weight)
-        dist.all_reduce(out)
+        out = _all_reduce(F.linear(x, self.weight))
         return out if self.bias is None else out + self.bias
 
 
@@ -124,9 +127,7 @@ class VocabParallelEmbedding(nn.Embedding):
         local = ids - self.vocab_start
         outside = (local < 0) | (local >= self.num_embeddings)
         out = F.embedding(local.masked_fill(outside, 0), self.weight)
-        out.masked_fill_(outside.unsqueeze(-1), 0)
-        dist.all_reduce(out)
-        return out
+        return _all_reduce(out.masked_fill(outside.unsqueeze(-1), 0))
 
 
 class ParallelLMHead(nn.Linear):
@@ -139,9 +140,14 @@ class ParallelLMHead(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         local = F.linear(x, self.weight).contiguous()
-        parts = [torch.empty_like(local) for _ in range(dist.get_world_size())]
-        dist.all_gather(parts, local)
-        return torch.cat(parts, dim=-1)
+        world = dist.get_world_size()
+        stacked = funcol.all_gather_single(local, 0, dist.group.WORLD)  # [world * n, V / world]
+        return torch.cat(torch.chunk(stacked, world, dim=0), dim=-1)
+
+
+def _all_reduce(t: torch.Tensor) -> torch.Tensor:
+    """The sum of `t` over every rank of the default group (functional: a new tensor)."""
+    return funcol.all_reduce(t, "sum", dist.group.WORLD)
 
 
 @contextmanager

@@ -35,6 +35,7 @@ class WorkerSpec:
         port: rank 0's TCPStore port on 127.0.0.1.
         num_threads: torch CPU threads per rank.
         timeout_s: limit of a collective in a forward (a stuck rank fails the step after it).
+        enforce_eager: False = the compiled forward, as on rank 0 (every rank pads to the same buckets).
     """
 
     model: str
@@ -46,6 +47,7 @@ class WorkerSpec:
     port: int
     num_threads: int
     timeout_s: float
+    enforce_eager: bool = True
 
     @property
     def world_size(self) -> int:
@@ -95,7 +97,8 @@ def main(spec: WorkerSpec, rank: int, report) -> None:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     model = load_model_shard(spec.model, spec.dtype, device, rank, spec.world_size)
-    runner = ModelRunner(model, spec.num_blocks, spec.block_size, spec.fast_path)
+    runner = ModelRunner(model, spec.num_blocks, spec.block_size, spec.fast_path, enforce_eager=spec.enforce_eager,
+                         sharded=True)
     model.model.embed_tokens.lockstep = True  # a worker runs nothing but rank 0's lockstep forwards
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     report({"event": "ready", "rank": rank, "pid": os.getpid(), "param_bytes": param_bytes,
