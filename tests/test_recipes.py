@@ -132,8 +132,8 @@ def test_lineage_v9_continues_version_8_with_its_two_stages():
     assert text.endswith("`V9=1 bash recipes/wedlm_tiny.sh` reproduces version 9 from an empty `runs/` folder "
                          "(about 700 minutes on 2 quiet cores).")
     assert not any(f"deep{n}" in text for n in (7, 8, 9, 10))
-    assert [name for name, _, _ in STAGES][-6:] == ["wedlm-deep5", "wedlm-deep11", "wedlm-deep12",
-                                                   "wedlm-deep13", "wedlm-deep14", "wedlm-deep15"]
+    assert [name for name, _, _ in STAGES][-5:] == ["wedlm-deep5", "wedlm-deep11", "wedlm-deep12",
+                                                   "wedlm-deep13", "wedlm-deep14"]
 
 
 def test_lineage_v10_continues_version_9_and_ends_with_version_9s_account():
