@@ -174,4 +174,3 @@ def test_a_direct_forward_of_rank_0s_shard_is_refused_and_the_engine_still_works
         tp.engine.model(ids, torch.arange(3)[None], DenseAttention())
     p = SamplingParams(temperature=0, max_tokens=5, ignore_eos=True, decoding="ar")
     assert tp.generate([BATCH[3]], p)[0]["token_ids"] == ref.generate([BATCH[3]], p)[0]["token_ids"]
-
