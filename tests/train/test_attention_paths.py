@@ -19,7 +19,7 @@ CFG = dict(model_type="wedlm", vocab_size=128, hidden_size=32, intermediate_size
            num_attention_heads=4, num_key_value_heads=2, head_dim=8, mask_token_id=1)
 
 
-def _batch(seq_len, block, dual=True, seed=0):
+def _batch(seq_len, block, dual=True, seed=0, random_offset=False):
     rng = random.Random(seed)
     docs = [Document([rng.randint(4, 127) for _ in range(n)], [True] * n)
             for n in [rng.randint(3, 2 * seq_len) for _ in range(10)]]
@@ -28,7 +28,8 @@ def _batch(seq_len, block, dual=True, seed=0):
     if not dual:
         return collate([build_causal(r) for r in rows])
     g = torch.Generator().manual_seed(seed)
-    return collate([build_dual_stream(r, draw_masks(r, block, g), block, 1) for r in rows])
+    return collate([build_dual_stream(r, draw_masks(r, block, g, 0.5 if random_offset else 0.0, random_offset), block, 1)
+                    for r in rows])
 
 
 @pytest.fixture(scope="module")
@@ -37,10 +38,12 @@ def model():
     return QwenForCausalLM(ModelConfig(**CFG)).eval()
 
 
-@pytest.mark.parametrize("seq_len,block,chunk,dual", [(40, 4, 16, True), (64, 8, 24, True), (33, 5, 7, True),
-                                                       (48, 8, 16, False)])
-def test_chunked_equals_dense(model, seq_len, block, chunk, dual):
-    b = _batch(seq_len, block, dual)
+@pytest.mark.parametrize("seq_len,block,chunk,dual,offset", [(40, 4, 16, True, False), (64, 8, 24, True, False),
+                                                              (33, 5, 7, True, False), (48, 8, 16, False, False),
+                                                              (64, 8, 24, True, True), (33, 5, 7, True, True)])
+def test_chunked_equals_dense(model, seq_len, block, chunk, dual, offset):
+    """Also with random block offsets (blocks still runs of <= B slots, so the key ranges hold)."""
+    b = _batch(seq_len, block, dual, random_offset=offset)
     with torch.no_grad():
         ref = model(b.input_ids, b.position_ids, DenseAttention(b.attention_mask))
         out = model(b.input_ids, b.position_ids,

@@ -28,12 +28,16 @@ def random_row(rng: random.Random, seq_len: int, prompt_frac: float = 0.0) -> Pa
     return Packer(docs, seq_len, pad_id=0, seed=rng.randint(0, 999)).row(rng.randint(0, 2))
 
 
-def reference(row: PackedRow, masked: torch.Tensor, block_size: int):
-    """Slots listed in the order the rules define, one at a time (no tensor tricks)."""
+def reference(row: PackedRow, masked: torch.Tensor, block_size: int, offsets: dict[int, int] | None = None):
+    """Slots listed in the order the rules define, one at a time (no tensor tricks).
+
+    `offsets`: document id -> o; block k of that document covers positions [k*B - o, (k+1)*B - o).
+    """
     L = len(row.tokens)
     doc, pos, tok = row.doc_ids.tolist(), row.positions.tolist(), row.tokens.tolist()
+    off = [(offsets or {}).get(d, 0) for d in doc]
     slots = [("mem", i) for i in range(L)]
-    block_of = [(doc[i], pos[i] // block_size) for i in range(L)]
+    block_of = [(doc[i], (pos[i] + off[i]) // block_size) for i in range(L)]
     blocks = []
     for b in block_of:
         if b not in blocks:
@@ -51,7 +55,7 @@ def reference(row: PackedRow, masked: torch.Tensor, block_size: int):
             if qs == "mem":
                 vis[q, k] = ks == "mem" and pos[ki] <= pos[qi]
             elif ks == "mem":
-                vis[q, k] = pos[ki] < (pos[qi] // block_size) * block_size
+                vis[q, k] = pos[ki] < ((pos[qi] + off[qi]) // block_size) * block_size - off[qi]
             else:
                 vis[q, k] = block_of[ki] == block_of[qi] and k <= q
     return ids, positions, vis
@@ -236,3 +240,43 @@ def test_suffix_masking_mixes_by_probability():
                 total += 1
                 suffix_shaped += m == sorted(m)
     assert 0.4 < suffix_shaped / total < 0.75
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_block_offset_equals_reference(seed):
+    """Shifted blocks: the batch equals the rules with each document's blocks starting at -o."""
+    rng = random.Random(100 + seed)
+    seq_len, block = rng.randint(5, 48), rng.choice([2, 3, 4, 8, 16])
+    row = random_row(rng, seq_len, prompt_frac=rng.choice([0.0, 0.5]))
+    draw = draw_masks(row, block, torch.Generator().manual_seed(seed), 0.5, random_offset=True)
+    offsets = {int(d): int(draw.offset[row.doc_ids == d][0]) for d in row.doc_ids.unique()}
+    assert all(0 <= o < block for o in offsets.values())
+    for d in row.doc_ids.unique():  # one offset per document
+        assert draw.offset[row.doc_ids == d].unique().numel() == 1
+    ex = build_dual_stream(row, draw, block, MASK)
+    ids, positions, vis = reference(row, draw.masked, block, offsets)
+    assert ex.input_ids.tolist() == ids
+    assert ex.position_ids.tolist() == positions
+    assert torch.equal(ex.attention_mask, vis)
+
+
+def test_random_block_offset_off_is_the_official_draw_and_shifts_blocks_when_on():
+    rng = random.Random(21)
+    row = random_row(rng, 64)
+    block = 8
+    plain = draw_masks(row, block, torch.Generator().manual_seed(3), 0.5)
+    again = draw_masks(row, block, torch.Generator().manual_seed(3), 0.5, random_offset=False)
+    assert plain.offset is None and again.offset is None
+    assert torch.equal(plain.masked, again.masked) and torch.equal(plain.gamma, again.gamma)
+    # two tokens at positions 6 and 8 of one document (a result digit and its end slot):
+    # never in one block with fixed blocks of 8, in one block for offsets 2..7 of 0..7 ((B - d) / B)
+    one = PackedRow(torch.arange(4, 24), torch.zeros(20, dtype=torch.long), torch.arange(20),
+                    torch.ones(20, dtype=torch.bool))
+    assert block_ids(one, block)[6] != block_ids(one, block)[8]
+    together = 0
+    for s in range(400):
+        d = draw_masks(one, block, torch.Generator().manual_seed(s), random_offset=True)
+        b = block_ids(one, block, d.offset)
+        together += int(b[6] == b[8])
+        assert int(b[6] == b[8]) == int(2 <= int(d.offset[0]) <= 7)
+    assert 260 < together < 340  # expected 300 of 400 (6 of 8 offsets)

@@ -149,3 +149,16 @@ def test_compiled_forward_follows_the_eager_curve_and_saves_plain_weights(make_c
     wa = load_model(eager / "final").state_dict()
     wb = load_model(compiled / "final").state_dict()
     assert wa.keys() == wb.keys()
+
+
+def test_random_block_offset_reaches_the_draw_and_refuses_flex(make_cfg, train_env, tmp_path):
+    """`random_block_offset` changes the mask draw of a step (same seed, same rows), and the flex
+    path, which derives blocks from positions alone, is refused by name."""
+    base = dict(data=train_env["chat"], max_steps=1, log_every=1)
+    train(TrainConfig(**make_cfg(tmp_path / "fixed", **base)))
+    train(TrainConfig(**make_cfg(tmp_path / "shifted", random_block_offset=True, **base)))
+    fixed, shifted = read_log(tmp_path / "fixed")[0], read_log(tmp_path / "shifted")[0]
+    assert fixed["tokens"] == shifted["tokens"]
+    assert shifted["mask_loss"] != pytest.approx(fixed["mask_loss"], rel=1e-6)
+    with pytest.raises(ValueError, match="random_block_offset"):
+        TrainConfig(**make_cfg(tmp_path / "bad", random_block_offset=True, attention="flex"))

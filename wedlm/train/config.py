@@ -47,6 +47,7 @@ class TrainConfig:
     mask_end_weight: float = 1.0  # mask loss weight of masked slots whose target is <|im_end|>; 1 = official
     first_mask_weight: float = 1.0  # factor on the mask loss of each block's leftmost masked token (slot 0); 1 = official
     suffix_mask_prob: float = 0.0  # share of blocks that mask their last round(gamma*n) tokens; 0 = official
+    random_block_offset: bool = False  # shift each document's blocks by o ~ U{0..B-1}; False = official
     lr: float = 1e-3
     min_lr: float = 1e-4
     warmup_steps: int = 50
@@ -86,6 +87,9 @@ class TrainConfig:
             raise ValueError(f"first_mask_weight must be > 0, got {self.first_mask_weight}")
         if not 0.0 <= self.suffix_mask_prob <= 1.0:
             raise ValueError(f"suffix_mask_prob must be in [0, 1], got {self.suffix_mask_prob}")
+        if self.random_block_offset and self.attention == "flex":
+            raise ValueError("random_block_offset needs attention 'chunked' or 'dense' "
+                             "(the flex path derives blocks from positions alone)")
         if self.end_step is not None and not 1 <= self.end_step <= self.max_steps:
             raise ValueError(f"end_step must be in 1..max_steps ({self.max_steps}), got {self.end_step}")
         if self.data_skip < 0:

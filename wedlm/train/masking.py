@@ -19,7 +19,8 @@ the packed row (no attention crosses a document boundary):
 * a prediction token in block k sees memory tokens at positions < start(k) and
   the prediction tokens of block k that precede it physically (itself included).
 Blocks are counted per document: block k of a document covers its positions
-[k*B, (k+1)*B).
+[k*B, (k+1)*B), or [k*B - o, (k+1)*B - o) with a per-document offset o drawn by
+`draw_masks(..., random_offset=True)` (our option).
 """
 
 from __future__ import annotations
@@ -39,10 +40,14 @@ class MaskDraw(NamedTuple):
     masked: bool [L], True where the prediction stream holds [MASK].
     gamma: float32 [L], the masking ratio of the token's block (0 where the
         block has no maskable token).
+    offset: int64 [L] or None: per token, its document's block offset o (equal within a
+        document, 0 <= o < B): block k of the document covers positions [k*B - o, (k+1)*B - o).
+        None = every offset 0, the official blocks [k*B, (k+1)*B).
     """
 
     masked: torch.Tensor
     gamma: torch.Tensor
+    offset: torch.Tensor | None = None
 
 
 class DualStreamExample(NamedTuple):
@@ -66,18 +71,39 @@ class DualStreamExample(NamedTuple):
     labels: torch.Tensor
 
 
-def block_ids(row: PackedRow, block_size: int) -> torch.Tensor:
-    """int64 [L]: a row-unique block id per token (document, position // B), ascending."""
+def block_ids(row: PackedRow, block_size: int, offset: torch.Tensor | None = None) -> torch.Tensor:
+    """int64 [L]: a row-unique block id per token (document, (position + offset) // B), ascending.
+
+    `offset` is `MaskDraw.offset` (None = 0). Raises ValueError for block_size < 1.
+    """
     if block_size < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")
-    local = row.positions // block_size
+    local = (row.positions if offset is None else row.positions + offset) // block_size
     new_block = torch.ones_like(local, dtype=torch.bool)
     new_block[1:] = (local[1:] != local[:-1]) | (row.doc_ids[1:] != row.doc_ids[:-1])
     return new_block.long().cumsum(0) - 1
 
 
+def block_offsets(row: PackedRow, block_size: int, generator: torch.Generator) -> torch.Tensor:
+    """int64 [L]: one offset o ~ U{0, ..., B-1} per document of the row, repeated over its tokens.
+
+    With it block k of a document covers positions [k*B - o, (k+1)*B - o) (the first block is
+    B - o tokens long). Our option, not in the paper or the official trainer: with fixed blocks
+    [k*B, (k+1)*B) two tokens that always sit at the same positions (a short answer after a
+    prompt of fixed length) are either always in one block or never, and a mask in a later
+    block always sees the earlier block's clean tokens. A two-digit result at positions 30-31
+    with its end at 32 then never has to predict the end without seeing the digits, which is
+    what streaming decoding asks when one forward fills the digits and the end slot
+    (docs/training.md, "Block offsets"). With a random offset any two tokens d < B apart share
+    a block with probability (B - d) / B, wherever they sit.
+    """
+    n_docs = int(row.doc_ids.max()) + 1 if len(row.doc_ids) else 0
+    per_doc = torch.randint(0, block_size, (max(n_docs, 1),), generator=generator)
+    return per_doc[row.doc_ids]
+
+
 def draw_masks(row: PackedRow, block_size: int, generator: torch.Generator,
-               suffix_prob: float = 0.0) -> MaskDraw:
+               suffix_prob: float = 0.0, random_offset: bool = False) -> MaskDraw:
     """Per block: gamma ~ U(0, 1], then mask round(gamma * n) of its n maskable tokens.
 
     Which tokens: a uniformly random subset (the paper and the official trainer), or, in a
@@ -98,12 +124,17 @@ def draw_masks(row: PackedRow, block_size: int, generator: torch.Generator,
     per-block scale (tests/train/test_masking.py). Tokens with `row.maskable` False (SFT prompts,
     padding) are never masked.
 
+    With `random_offset` (our option; False = official) each document's blocks are shifted by
+    an offset drawn first (`block_offsets`); the draw then goes on as above on those blocks, and
+    the offsets travel in `MaskDraw.offset`. False reproduces the official draw exactly.
+
     Raises:
         ValueError: `suffix_prob` outside [0, 1].
     """
     if not 0.0 <= suffix_prob <= 1.0:
         raise ValueError(f"suffix_prob must be in [0, 1], got {suffix_prob}")
-    blocks = block_ids(row, block_size)
+    offset = block_offsets(row, block_size, generator) if random_offset else None
+    blocks = block_ids(row, block_size, offset)
     n_blocks = int(blocks[-1]) + 1
     gammas = 1.0 - torch.rand(n_blocks, generator=generator)  # U(0, 1]
     scores = torch.rand(len(blocks), generator=generator)
@@ -121,7 +152,7 @@ def draw_masks(row: PackedRow, block_size: int, generator: torch.Generator,
             continue
         chosen = idx[-k:] if suffix[b] else idx[torch.argsort(scores[idx])[:k]]
         masked[chosen] = True
-    return MaskDraw(masked, gamma)
+    return MaskDraw(masked, gamma, offset)
 
 
 def reorder_blocks(blocks: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
@@ -160,7 +191,7 @@ def build_dual_stream(row: PackedRow, draw: MaskDraw, block_size: int, mask_toke
 
     Args:
         row: L clean tokens with document ids, positions and the scored/maskable flags.
-        draw: which prediction tokens are masked and their block's gamma.
+        draw: which prediction tokens are masked, their block's gamma and the block offsets.
         block_size: B, the prediction-stream block length.
         mask_token_id: id of the [MASK] token.
         first_mask_weight: factor on the 1/gamma weight of each block's leftmost masked token
@@ -173,7 +204,7 @@ def build_dual_stream(row: PackedRow, draw: MaskDraw, block_size: int, mask_toke
         A `DualStreamExample` of 2L slots; see its fields.
     """
     L = len(row.tokens)
-    blocks = block_ids(row, block_size)
+    blocks = block_ids(row, block_size, draw.offset)
     perm = reorder_blocks(blocks, draw.masked)  # prediction slot i holds token perm[i]
     pred_tokens = torch.where(draw.masked, torch.full_like(row.tokens, mask_token_id), row.tokens)[perm]
     input_ids = torch.cat([row.tokens, pred_tokens])
@@ -182,7 +213,8 @@ def build_dual_stream(row: PackedRow, draw: MaskDraw, block_size: int, mask_toke
     same_doc = row.doc_ids[:, None] == row.doc_ids[None, :]  # [L, L]
     causal = row.positions[:, None] >= row.positions[None, :]
     mem_mem = same_doc & causal
-    start = (row.positions // block_size) * block_size  # block start, per token
+    shifted = row.positions if draw.offset is None else row.positions + draw.offset
+    start = (shifted // block_size) * block_size - (0 if draw.offset is None else draw.offset)  # block start
     pred_mem = same_doc & (row.positions[None, :] < start[:, None])  # indexed by logical token
     pred_mem = pred_mem[perm]  # rows in physical prediction order
     pb = blocks[perm]

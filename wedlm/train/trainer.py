@@ -98,8 +98,8 @@ def row_example(cfg: TrainConfig, packer: Packer, index: int, mask_id: int | Non
     if cfg.stage == "ar":
         return build_causal(row)
     gen = torch.Generator().manual_seed(cfg.seed * 7_919 + index)
-    return build_dual_stream(row, draw_masks(row, cfg.block_size, gen, cfg.suffix_mask_prob), cfg.block_size, mask_id,
-                             cfg.first_mask_weight)
+    draw = draw_masks(row, cfg.block_size, gen, cfg.suffix_mask_prob, cfg.random_block_offset)
+    return build_dual_stream(row, draw, cfg.block_size, mask_id, cfg.first_mask_weight)
 
 
 def micro_batches(cfg: TrainConfig, packer: Packer, step: int, rank: int, world: int,
