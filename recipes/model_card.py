@@ -288,14 +288,17 @@ def main(argv: list[str] | None = None) -> int:
         tune_cmd += (f" --n {','.join(f'{k}={v}' for k, v in tune['n'].items())}"
                      f" --taus {fmt(g['tau'] for g in tune['grid'])} --lams {fmt(g['lambda'] for g in tune['grid'])}")
     probe = summary.get("mask_probe", {})
-    probe_rows = ["| task | AR head next-token acc | mask acc d=0 | d=3 | d=7 | d=15 | accepted fills | accepted right |",
-                  "|---|---|---|---|---|---|---|---|"]
+    probe_rows = ["| task | AR head next-token acc | mask acc d=0 | d=3 | d=7 | d=15 | accepted fills | accepted right "
+                  "| end slot right, k = 0 / 1 / 2 / 3 answer tokens masked before it |",
+                  "|---|---|---|---|---|---|---|---|---|"]
     for task, r in probe.items():
         acc = r["slot_accuracy"]
         pick = [acc[d] if d < len(acc) and acc[d] is not None else float("nan") for d in (0, 3, 7, 15)]
         right = r["accepted_right"]
+        ends = r.get("end_accuracy") or []
+        end_cell = " / ".join("-" if k >= len(ends) or ends[k] is None else f"{ends[k]:.2f}" for k in range(4))
         probe_rows.append(f"| {task} | {r['ar_accuracy']:.4f} | " + " | ".join(f"{a:.3f}" for a in pick)
-                          + f" | {r['accepted']:,} | {'-' if right is None else f'{100 * right:.2f}%'} |")
+                          + f" | {r['accepted']:,} | {'-' if right is None else f'{100 * right:.2f}%'} | {end_cell} |")
     end_rows = ""
     if summary.get("end_probe"):
         rows = ["| task | items | p(end) where the answer ends (median) | largest p(end) earlier (median) | "
@@ -655,6 +658,9 @@ ended with an end token rather than at the token budget.
 
 After a correct prefix, a window of W [MASK] slots at the next positions; slot d predicts the
 token d places ahead. Accepted fills are those whose entropy + lambda * d is below tau (Eq. 11).
+The last column: of the windows whose slot k is the answer's end token (the answer's last k
+tokens still masked before it: k = 2 for the two digits of "71 - 31 = 40"), the share whose
+argmax is the end; a forward that fills a result and the slot after it at once relies on it.
 
 {probe}
 

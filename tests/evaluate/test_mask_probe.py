@@ -40,14 +40,18 @@ def test_counts_follow_the_logits(model):
     n_probes = 4  # positions 6, 7, 8, 9 (the end token)
     assert result.slot_total == [n_probes] * W and result.ar_total == 4
     with torch.no_grad():
-        right = [0] * W
+        right, end_right = [0] * W, [0] * W
         for p in range(6, 10):
             logits = model(torch.tensor([ids[:p] + [mask] * W]), torch.arange(p + W)[None], DenseAttention())[0, p:]
             logits[:, mask] = float("-inf")
             gold = (ids + [end] * W)[p:p + W]
             for d in range(W):
                 right[d] += int(int(logits[d].argmax()) == gold[d])
+            if 9 - p < W:  # the end (index 9) sits at slot 9 - p, after 9 - p masked answer tokens
+                end_right[9 - p] += int(int(logits[9 - p].argmax()) == end)
     assert result.slot_right == right
+    assert result.end_total == [1, 1, 1] and result.end_right == end_right  # p = 9, 8, 7; p = 6 has it at d = 3
+    assert result.summary()["end_accuracy"] == [float(r) for r in end_right]
     assert sum(result.bucket_accepted) == n_probes * W and sum(result.bucket_right) == sum(right)
     strict = ProbeResult(W, tau=0.0, lam=0.0)  # nothing passes tau 0
     probe_item(model, strict, ids, 6, end, mask)

@@ -13,7 +13,12 @@ training, section 4.2). Reported:
   next-token accuracy on the same answers, for reference);
 * calibration of the fills the decoder would accept: of the slots whose
   distance-adjusted entropy H + lambda * d (Eq. 11, [MASK] column excluded) is
-  below tau, the share whose argmax is right, bucketed by entropy.
+  below tau, the share whose argmax is right, bucketed by entropy;
+* the end slot by how much of the answer is still masked: of the windows whose
+  slot k is the answer's `<|im_end|>` (so the answer's last k tokens are masked
+  before it, e.g. k = 2 for the two result digits of "71 - 31 = 40"), the share
+  where that slot's argmax is the end. A decoder that fills the result and the
+  end slot in one forward relies on it; k = 0 is the AR-like case.
 
 Why: streaming decoding is exact only if accepted fills are right; a confident
 wrong fill (e.g. at a digit-length change) derails everything after it. These
@@ -48,17 +53,24 @@ class ProbeResult:
     ar_total: int = 0
     bucket_accepted: list[int] = field(default_factory=list)  # per entropy bucket, accepted fills
     bucket_right: list[int] = field(default_factory=list)  # of those, right
+    end_right: list[int] = field(default_factory=list)  # [W] by k: the end slot at distance k is right
+    end_total: list[int] = field(default_factory=list)  # [W] windows whose slot k is the answer's end
 
     def __post_init__(self) -> None:
         self.slot_right = self.slot_right or [0] * self.window
         self.slot_total = self.slot_total or [0] * self.window
+        self.end_right = self.end_right or [0] * self.window
+        self.end_total = self.end_total or [0] * self.window
         n = len(ENTROPY_EDGES) - 1
         self.bucket_accepted = self.bucket_accepted or [0] * n
         self.bucket_right = self.bucket_right or [0] * n
 
     def summary(self) -> dict:
-        """Rates: slot_accuracy [W], ar_accuracy, accepted_right (all buckets), buckets (list of dicts)."""
+        """Rates: slot_accuracy [W], ar_accuracy, accepted_right (all buckets), buckets (list of
+        dicts), end_accuracy [W] (index k: answer tokens masked before the end slot; None where
+        no window had its end there) with end_total [W]."""
         acc = [r / t if t else None for r, t in zip(self.slot_right, self.slot_total)]
+        end_acc = [r / t if t else None for r, t in zip(self.end_right, self.end_total)]
         buckets = [{"entropy_from": ENTROPY_EDGES[i], "entropy_to": ENTROPY_EDGES[i + 1], "accepted": a,
                     "right": r, "share_right": r / a if a else None}
                    for i, (a, r) in enumerate(zip(self.bucket_accepted, self.bucket_right))]
@@ -66,7 +78,7 @@ class ProbeResult:
         return {"window": self.window, "tau": self.tau, "lambda": self.lam, "slot_accuracy": acc,
                 "slot_total": self.slot_total, "ar_accuracy": self.ar_right / max(1, self.ar_total),
                 "accepted": total_a, "accepted_right": total_r / total_a if total_a else None,
-                "buckets": buckets}
+                "buckets": buckets, "end_accuracy": end_acc, "end_total": self.end_total}
 
 
 def probe_inputs(ids: list[int], start: int, probes: list[int], window: int, mask_id: int):
@@ -125,6 +137,9 @@ def probe_item(model, result: ProbeResult, ids: list[int], start: int, end_id: i
         d = torch.arange(W, dtype=torch.float32)
         accepted = (ent.cpu() + result.lam * d) < result.tau
         for k, p in enumerate(probes):
+            if n_ans - 1 - p < W and ids[-1] == end_id:  # slot n_ans-1-p is the answer's end token
+                result.end_total[n_ans - 1 - p] += 1
+                result.end_right[n_ans - 1 - p] += int(right[k, n_ans - 1 - p])
             for dd in range(W):
                 result.slot_total[dd] += 1
                 result.slot_right[dd] += int(right[k, dd])
