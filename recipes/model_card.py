@@ -56,7 +56,9 @@ STAGES = [("ar", "AR training from scratch (next-token loss on answers)", "confi
            "learning rate (`V9=1`)", "configs/tiny_wedlm_deep12.yaml"),
           ("wedlm-deep13", "version 9 continued: more two-digit distractor ranges, carry sums and arithmetic, "
            "compiled (`V10=1`)", "configs/tiny_wedlm_deep13.yaml"),
-          ("wedlm-deep14", "the mask stream's end weight 40x -> 8x (`V10=1`)", "configs/tiny_wedlm_deep14.yaml")]
+          ("wedlm-deep14", "the mask stream's end weight 40x -> 8x (`V10=1`)", "configs/tiny_wedlm_deep14.yaml"),
+          ("wedlm-deep17", "version 10 continued with random block offsets (`random_block_offset`, `V11=1`)",
+           "configs/tiny_wedlm_deep17.yaml")]
 
 
 def stages_run(run: Path) -> list[tuple[str, str, str]]:
@@ -265,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     v8 = [n for n in ("deep3", "deep4", "deep5") if f"wedlm-{n}" in names]
     v9 = "wedlm-deep12" in names
     v10 = "wedlm-deep14" in names
+    v11 = "wedlm-deep17" in names
     train_cfg = json.loads((run / here[0] / "train_config.json").read_text())
     tune_line = "not run"
     if tune and not tune.get("best"):
@@ -322,9 +325,10 @@ def main(argv: list[str] | None = None) -> int:
                                           if v5 else "") + (mix_section("V6", "tens5", "tens6", "tens7")
                                                             if v6 else "")
         + (mix_section("V7", "deep", "deep2") if v7 else "") + (mix_section("V8", *v8) if v8 else "")
-        + (mix_section("V9", "deep11", "deep12") if v9 else "") + (mix_section("V10", "deep13", "deep14") if v10 else ""),
+        + (mix_section("V9", "deep11", "deep12") if v9 else "") + (mix_section("V10", "deep13", "deep14") if v10 else "")
+        + (mix_section("V11", "deep17") if v11 else ""),
         can_do=CAN_DO_V6 if v6 else CAN_DO_V5 if v5 else CAN_DO_V4 if v4 else CAN_DO_V3,
-        lineage=lineage_v10(totals["minutes"], v8) if v10 else lineage_v9(totals["minutes"], v8) if v9 else lineage_v8(v8, totals["minutes"]) if v8 else LINEAGE_V7 if v7 else LINEAGE_V6 if v6 else LINEAGE_V5 if v5 else LINEAGE_V4.format(
+        lineage=lineage_v11(totals["minutes"], v8) if v11 else lineage_v10(totals["minutes"], v8) if v10 else lineage_v9(totals["minutes"], v8) if v9 else lineage_v8(v8, totals["minutes"]) if v8 else LINEAGE_V7 if v7 else LINEAGE_V6 if v6 else LINEAGE_V5 if v5 else LINEAGE_V4.format(
             forms=(", and a third at a lower learning rate with more arithmetic and list operations and "
                    "short ranges of every counting form" if "wedlm-forms" in names else ""),
             v4_stages="5, 6 and 7" if "wedlm-forms" in names else "5 and 6") if v4 else LINEAGE_V3 if continued else LINEAGE_V2,
@@ -488,6 +492,30 @@ def lineage_v10(minutes: float, v8: list[str] | tuple[str, ...] = ("deep3", "dee
         f"version 9's own `wedlm` misses were early ends (docs/training.md, \"The end weight\"). "
         f"{reproduces(10, minutes)}", width=100)
     return head + "\n\n" + textwrap.fill(f"Version 9 was {v9_account(v8)}", width=100)
+
+
+def lineage_v11(minutes: float, v8: list[str] | tuple[str, ...] = ("deep3", "deep4", "deep5")) -> str:
+    """Lineage of version 11: version 10 continued by the `V11=1` stage `wedlm-deep17` (minutes and
+    learning rate read from its config), how to reproduce it, then `lineage_v10`'s account of
+    version 10 as its own paragraphs. `minutes`: the card's total row."""
+    import yaml
+
+    c17 = yaml.safe_load((REPO / "configs" / "tiny_wedlm_deep17.yaml").read_text())
+    head = textwrap.fill(
+        f"This is version 11 of the shipped weights: version 10 continued by one stage (`V11=1`, "
+        f"`configs/tiny_wedlm_deep17.yaml`, {c17['max_minutes']:g} minutes annealed on the clock, peak learning "
+        f"rate {c17['lr']:g}, bf16 autocast, compiled) on freshly drawn records of version 10's mix, with random "
+        f"block offsets (`random_block_offset: true`, not in the paper): each document's prediction-stream "
+        f"blocks start at a random offset. With the fixed blocks of 32 a two-digit sum's end token sat in the "
+        f"block after its digits, whose masks see the digits in the clean memory stream, so the mask after a "
+        f"result never learned to say \"end\" without them; a forward that filled a result's digits and the slot "
+        f"after them wrote \"71 - 31 = 400\" (docs/training.md, \"Block offsets\"). {reproduces(11, minutes)}",
+        width=100)
+    before = lineage_v10(minutes, v8).split("\n\n", 1)
+    first = before[0].replace("-\n", "-").replace("\n", " ")  # unfill (textwrap breaks after hyphens)
+    first = first.replace("This is version 10 of the shipped weights: version 9", "Version 10 was version 9")
+    first = first.split("`V10=1 bash")[0].rstrip()
+    return (head + "\n\n" + textwrap.fill(first, width=100, break_on_hyphens=False) + "\n\n" + before[1])
 
 
 def v9_account(v8: list[str] | tuple[str, ...] = ("deep3", "deep4", "deep5")) -> str:

@@ -50,6 +50,10 @@
 #      endpoints"): version 10 continued by one stage with ranges that start near 0 or end next to a
 #      change in the number of digits (configs/tiny_wedlm_deep15.yaml, 40 min, bf16 autocast,
 #      compiled), exported to runs/wedlm-tiny/trial-edge (models/wedlm-tiny keeps version 10).
+#  15. only with V11=1 (implies V10=1): version 10 continued by one stage with random block offsets
+#      (`random_block_offset: true`: each document's prediction-stream blocks start at a random offset,
+#      so a short answer's end slot also learns to say "end" without seeing the answer's last tokens;
+#      configs/tiny_wedlm_deep17.yaml, 50 min, bf16 autocast, compiled), exported over models/wedlm-tiny.
 # Resumable: rerun the same command; finished stages are skipped (their final/ exists) and an
 # interrupted stage continues from its last checkpoint. The run owns both cores: start nothing
 # else meanwhile (tokens/s in runs/wedlm-tiny/*/log.jsonl shows when something does).
@@ -91,6 +95,7 @@ stage ar      $PY -m wedlm.cli.main train --config configs/tiny_ar.yaml
 [ -f "$RUN/ar-wedlm/config.json" ] || stage convert $PY -m wedlm.cli.main convert "$RUN/ar/final" "$RUN/ar-wedlm"
 stage wedlm   $PY -m wedlm.cli.main train --config configs/tiny_wedlm.yaml
 [ -f "$RUN/wedlm-cont/final/config.json" ] || stage export $PY -m wedlm.train.export "$RUN/wedlm/final" "$OUT"
+[ "${V11:-0}" = 1 ] && V10=1
 [ "${TRIAL_EDGE:-0}" = 1 ] && V10=1
 [ "${V10:-0}" = 1 ] && V9=1
 [ "${V9:-0}" = 1 ] && V8=1
@@ -161,11 +166,16 @@ if [ "${V10:-0}" = 1 ]; then
     '{"seed": 30, "distractor": {"30": 16000}, "distractor2": {"50": 8000}, "carry": {"20": 12000}, "simple_forms": {"6": 10000}, "replay": {"count": 12000, "addsub": 20000, "listops": 10000}}'
   mix_stage wedlm-deep14 configs/tiny_wedlm_deep14.yaml data/widen/v30mix.jsonl \
     '{"seed": 31, "distractor": {"30": 12000}, "distractor2": {"50": 8000}, "carry": {"20": 8000}, "simple_forms": {"6": 10000}, "replay": {"count": 8000, "addsub": 12000, "listops": 10000}}'
-  stage export-v10 $PY -m wedlm.train.export "$RUN/wedlm-deep14/final" "$OUT"
+  [ "${V11:-0}" = 1 ] || stage export-v10 $PY -m wedlm.train.export "$RUN/wedlm-deep14/final" "$OUT"
 fi
 if [ "${TRIAL_EDGE:-0}" = 1 ]; then  # range endpoints (edge): starts near 0, ends near 10/100/1000
   mix_stage wedlm-deep15 configs/tiny_wedlm_deep15.yaml data/widen/v31mix.jsonl \
     '{"seed": 32, "edge": {"40": 16000}, "distractor": {"30": 10000}, "distractor2": {"50": 8000}, "carry": {"20": 8000}, "simple_forms": {"6": 8000}, "replay": {"count": 8000, "addsub": 12000, "listops": 10000}}'
   [ -f "$RUN/trial-edge/config.json" ] || stage export-trial-edge $PY -m wedlm.train.export "$RUN/wedlm-deep15/final" "$RUN/trial-edge"
+fi
+if [ "${V11:-0}" = 1 ]; then  # random block offsets, version 10's mix freshly drawn
+  mix_stage wedlm-deep17 configs/tiny_wedlm_deep17.yaml data/widen/v33mix.jsonl \
+    '{"seed": 33, "distractor": {"30": 12000}, "distractor2": {"50": 8000}, "carry": {"20": 8000}, "simple_forms": {"6": 10000}, "replay": {"count": 8000, "addsub": 12000, "listops": 10000}}'
+  stage export-v11 $PY -m wedlm.train.export "$RUN/wedlm-deep17/final" "$OUT"
 fi
 echo "=== recipe done: $OUT"

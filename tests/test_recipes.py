@@ -132,8 +132,8 @@ def test_lineage_v9_continues_version_8_with_its_two_stages():
     assert text.endswith("`V9=1 bash recipes/wedlm_tiny.sh` reproduces version 9 from an empty `runs/` folder "
                          "(about 700 minutes on 2 quiet cores).")
     assert not any(f"deep{n}" in text for n in (7, 8, 9, 10))
-    assert [name for name, _, _ in STAGES][-5:] == ["wedlm-deep5", "wedlm-deep11", "wedlm-deep12",
-                                                   "wedlm-deep13", "wedlm-deep14"]
+    assert [name for name, _, _ in STAGES][-6:] == ["wedlm-deep5", "wedlm-deep11", "wedlm-deep12",
+                                                   "wedlm-deep13", "wedlm-deep14", "wedlm-deep17"]
 
 
 def test_lineage_v10_continues_version_9_and_ends_with_version_9s_account():
@@ -151,6 +151,28 @@ def test_lineage_v10_continues_version_9_and_ends_with_version_9s_account():
     assert flat(v9_account()).startswith("version 8 continued by two stages (`V9=1`, bf16 autocast). The first "
                                          "(`configs/tiny_wedlm_deep11.yaml`, 2,000 steps)")
     assert "reproduces version 9" not in text
+
+
+def test_lineage_v11_continues_version_10_and_keeps_its_account():
+    """Version 11's lineage names its one stage with the minutes and learning rate of its config and
+    the `V11=1` recipe, then tells version 10's lineage without version 10's recipe line (and with
+    version 9's account after it)."""
+    import yaml
+
+    from recipes.model_card import REPO, lineage_v10, lineage_v11, v9_account
+
+    flat = lambda text: " ".join(text.split())  # noqa: E731
+    c17 = yaml.safe_load((REPO / "configs" / "tiny_wedlm_deep17.yaml").read_text())
+    text = flat(lineage_v11(950.6))
+    assert text.startswith("This is version 11 of the shipped weights: version 10 continued by one stage (`V11=1`, "
+                           f"`configs/tiny_wedlm_deep17.yaml`, {c17['max_minutes']:g} minutes annealed on the clock, "
+                           f"peak learning rate {c17['lr']:g}")
+    assert "`V11=1 bash recipes/wedlm_tiny.sh` reproduces version 11 from an empty `runs/` folder (about 951 minutes" in text
+    assert "Version 10 was version 9 continued by two stages (`V10=1`" in text
+    assert "reproduces version 10" not in text and "cross-entropy" in text
+    v10 = flat(lineage_v10(950.6).replace("-\n", "-"))  # filled with breaks after hyphens
+    assert v10.split("`V10=1 bash")[0].split("shipped weights: version 9")[1] in text
+    assert text.endswith(flat(f"Version 9 was {v9_account()}"))
 
 
 def test_stop_probe_groups_values_and_reads_both_heads(tiny_wedlm):
