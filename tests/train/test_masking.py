@@ -61,17 +61,21 @@ def reference(row: PackedRow, masked: torch.Tensor, block_size: int, offsets: di
     return ids, positions, vis
 
 
+def assert_equals_reference(row: PackedRow, draw, block_size: int, offsets: dict[int, int] | None = None) -> None:
+    """The batch builder's ids, positions and visibility equal `reference` for this draw."""
+    ex = build_dual_stream(row, draw, block_size, MASK)
+    ids, positions, vis = reference(row, draw.masked, block_size, offsets)
+    assert ex.input_ids.tolist() == ids
+    assert ex.position_ids.tolist() == positions
+    assert torch.equal(ex.attention_mask, vis)
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_mask_equals_reference(seed):
     rng = random.Random(seed)
     seq_len, block = rng.randint(5, 48), rng.choice([1, 2, 3, 4, 8, 16])
     row = random_row(rng, seq_len, prompt_frac=rng.choice([0.0, 0.5]))
-    draw = draw_masks(row, block, torch.Generator().manual_seed(seed))
-    ex = build_dual_stream(row, draw, block, MASK)
-    ids, positions, vis = reference(row, draw.masked, block)
-    assert ex.input_ids.tolist() == ids
-    assert ex.position_ids.tolist() == positions
-    assert torch.equal(ex.attention_mask, vis)
+    assert_equals_reference(row, draw_masks(row, block, torch.Generator().manual_seed(seed)), block)
 
 
 def test_every_slot_sees_itself():
@@ -253,11 +257,7 @@ def test_random_block_offset_equals_reference(seed):
     assert all(0 <= o < block for o in offsets.values())
     for d in row.doc_ids.unique():  # one offset per document
         assert draw.offset[row.doc_ids == d].unique().numel() == 1
-    ex = build_dual_stream(row, draw, block, MASK)
-    ids, positions, vis = reference(row, draw.masked, block, offsets)
-    assert ex.input_ids.tolist() == ids
-    assert ex.position_ids.tolist() == positions
-    assert torch.equal(ex.attention_mask, vis)
+    assert_equals_reference(row, draw, block, offsets)
 
 
 def test_random_block_offset_off_is_the_official_draw_and_shifts_blocks_when_on():
