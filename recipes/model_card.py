@@ -474,30 +474,35 @@ def lineage_v8(stages: list[str], minutes: float) -> str:
                          width=100)
 
 
-def lineage_v10(minutes: float, v8: list[str] | tuple[str, ...] = ("deep3", "deep4", "deep5")) -> str:
-    """Lineage of version 10: version 9 continued by the two `V10=1` stages, `wedlm-deep13` and
-    `wedlm-deep14` (minutes and weights read from their configs), how to reproduce it, then
-    `v9_account(v8)` as its own paragraph. `minutes`: the card's total row."""
+def v10_account() -> str:
+    """What version 10 is, from "version 9 continued by two stages" to "... (docs/training.md, "The
+    end weight").": the two `V10=1` stages, `wedlm-deep13` and `wedlm-deep14` (minutes and weights
+    read from their configs). Shared by the lineages of version 10 and of version 11."""
     import yaml
 
     c13, c14 = (yaml.safe_load((REPO / "configs" / f"tiny_wedlm_{n}.yaml").read_text()) for n in ("deep13", "deep14"))
-    head = textwrap.fill(
-        f"This is version 10 of the shipped weights: version 9 continued by two stages (`V10=1`, bf16 autocast, "
-        f"compiled training: `compile: true`). The first (`configs/tiny_wedlm_deep13.yaml`, "
-        f"{c13['max_minutes']:g} minutes annealed on the clock) read freshly drawn records with more two-digit "
-        f"distractor ranges, carry sums and arithmetic; the second (`configs/tiny_wedlm_deep14.yaml`, "
-        f"{c14['max_minutes']:g} minutes, peak learning rate {c14['lr']:g}) lowered the mask stream's end weight "
-        f"from {c13['mask_end_weight']:g} to {c14['mask_end_weight']:g}: a weight w on the end token's "
-        f"cross-entropy makes a mask slot predict the end once its chance exceeds 1 / (w + 1), and most of "
-        f"version 9's own `wedlm` misses were early ends (docs/training.md, \"The end weight\"). "
-        f"{reproduces(10, minutes)}", width=100)
+    return (f"version 9 continued by two stages (`V10=1`, bf16 autocast, "
+            f"compiled training: `compile: true`). The first (`configs/tiny_wedlm_deep13.yaml`, "
+            f"{c13['max_minutes']:g} minutes annealed on the clock) read freshly drawn records with more two-digit "
+            f"distractor ranges, carry sums and arithmetic; the second (`configs/tiny_wedlm_deep14.yaml`, "
+            f"{c14['max_minutes']:g} minutes, peak learning rate {c14['lr']:g}) lowered the mask stream's end weight "
+            f"from {c13['mask_end_weight']:g} to {c14['mask_end_weight']:g}: a weight w on the end token's "
+            f"cross-entropy makes a mask slot predict the end once its chance exceeds 1 / (w + 1), and most of "
+            f"version 9's own `wedlm` misses were early ends (docs/training.md, \"The end weight\").")
+
+
+def lineage_v10(minutes: float, v8: list[str] | tuple[str, ...] = ("deep3", "deep4", "deep5")) -> str:
+    """Lineage of version 10: `v10_account()`, how to reproduce it, then `v9_account(v8)` as its own
+    paragraph. `minutes`: the card's total row."""
+    head = textwrap.fill(f"This is version 10 of the shipped weights: {v10_account()} {reproduces(10, minutes)}",
+                         width=100)
     return head + "\n\n" + textwrap.fill(f"Version 9 was {v9_account(v8)}", width=100)
 
 
 def lineage_v11(minutes: float, v8: list[str] | tuple[str, ...] = ("deep3", "deep4", "deep5")) -> str:
     """Lineage of version 11: version 10 continued by the `V11=1` stage `wedlm-deep17` (minutes and
-    learning rate read from its config), how to reproduce it, then `lineage_v10`'s account of
-    version 10 as its own paragraphs. `minutes`: the card's total row."""
+    learning rate read from its config), how to reproduce it, then `v10_account()` and
+    `v9_account(v8)` as their own paragraphs. `minutes`: the card's total row."""
     import yaml
 
     c17 = yaml.safe_load((REPO / "configs" / "tiny_wedlm_deep17.yaml").read_text())
@@ -511,11 +516,8 @@ def lineage_v11(minutes: float, v8: list[str] | tuple[str, ...] = ("deep3", "dee
         f"result never learned to say \"end\" without them; a forward that filled a result's digits and the slot "
         f"after them wrote \"71 - 31 = 400\" (docs/training.md, \"Block offsets\"). {reproduces(11, minutes)}",
         width=100)
-    before = lineage_v10(minutes, v8).split("\n\n", 1)
-    first = before[0].replace("-\n", "-").replace("\n", " ")  # unfill (textwrap breaks after hyphens)
-    first = first.replace("This is version 10 of the shipped weights: version 9", "Version 10 was version 9")
-    first = first.split("`V10=1 bash")[0].rstrip()
-    return (head + "\n\n" + textwrap.fill(first, width=100, break_on_hyphens=False) + "\n\n" + before[1])
+    return (head + "\n\n" + textwrap.fill(f"Version 10 was {v10_account()}", width=100, break_on_hyphens=False)
+            + "\n\n" + textwrap.fill(f"Version 9 was {v9_account(v8)}", width=100))
 
 
 def v9_account(v8: list[str] | tuple[str, ...] = ("deep3", "deep4", "deep5")) -> str:
