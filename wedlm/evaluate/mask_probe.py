@@ -137,9 +137,10 @@ def probe_item(model, result: ProbeResult, ids: list[int], start: int, end_id: i
         d = torch.arange(W, dtype=torch.float32)
         accepted = (ent.cpu() + result.lam * d) < result.tau
         for k, p in enumerate(probes):
-            if n_ans - 1 - p < W and ids[-1] == end_id:  # slot n_ans-1-p is the answer's end token
-                result.end_total[n_ans - 1 - p] += 1
-                result.end_right[n_ans - 1 - p] += int(right[k, n_ans - 1 - p])
+            end_slot = n_ans - 1 - p  # the slot of this window that holds the answer's end token
+            if end_slot < W and ids[-1] == end_id:
+                result.end_total[end_slot] += 1
+                result.end_right[end_slot] += int(right[k, end_slot])
             for dd in range(W):
                 result.slot_total[dd] += 1
                 result.slot_right[dd] += int(right[k, dd])

@@ -95,10 +95,10 @@ def block_offsets(row: PackedRow, block_size: int, generator: torch.Generator) -
     with its end at 32 then never has to predict the end without seeing the digits, which is
     what streaming decoding asks when one forward fills the digits and the end slot
     (docs/training.md, "Block offsets"). With a random offset any two tokens d < B apart share
-    a block with probability (B - d) / B, wherever they sit.
+    a block with probability (B - d) / B, wherever they sit. `row.doc_ids` index the draw
+    (one value per id 0..max). Raises nothing.
     """
-    n_docs = int(row.doc_ids.max()) + 1 if len(row.doc_ids) else 0
-    per_doc = torch.randint(0, block_size, (max(n_docs, 1),), generator=generator)
+    per_doc = torch.randint(0, block_size, (int(row.doc_ids.max()) + 1,), generator=generator)
     return per_doc[row.doc_ids]
 
 
@@ -213,8 +213,8 @@ def build_dual_stream(row: PackedRow, draw: MaskDraw, block_size: int, mask_toke
     same_doc = row.doc_ids[:, None] == row.doc_ids[None, :]  # [L, L]
     causal = row.positions[:, None] >= row.positions[None, :]
     mem_mem = same_doc & causal
-    shifted = row.positions if draw.offset is None else row.positions + draw.offset
-    start = (shifted // block_size) * block_size - (0 if draw.offset is None else draw.offset)  # block start
+    offset = 0 if draw.offset is None else draw.offset
+    start = ((row.positions + offset) // block_size) * block_size - offset  # block start, per token
     pred_mem = same_doc & (row.positions[None, :] < start[:, None])  # indexed by logical token
     pred_mem = pred_mem[perm]  # rows in physical prediction order
     pb = blocks[perm]
