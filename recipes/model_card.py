@@ -92,6 +92,15 @@ def carried_rows(card: Path) -> dict[str, dict]:
     return out
 
 
+def carried_cpu(card: Path) -> str | None:
+    """The "CPU: ..." of an earlier card (the processor its first stage run in that session
+    trained on), for a card regenerated with no stage logs here; None when absent."""
+    import re
+
+    found = re.search(r"^CPU: (.+?)\. In version 2", card.read_text(), re.M) if card.is_file() else None
+    return found.group(1) if found else None
+
+
 def stage_names(run: Path, carried: dict[str, dict]) -> list[str]:
     """Stages of the shipped weights in recipe order: run here, or carried from the earlier card.
 
@@ -244,9 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     earlier_curves = ""
     if missing:  # earlier stages' logs are gone: keep their curves as drawn in the earlier card
         kept = plots / f"learning_curves_{missing[0]}-{missing[-1]}.png"
-        if (plots / "learning_curves.png").is_file() and not kept.is_file():
+        if here and (plots / "learning_curves.png").is_file() and not kept.is_file():
             shutil.copyfile(plots / "learning_curves.png", kept)
-        if kept.is_file():  # each earlier card's curves, oldest first (each shows the stages its session ran)
+        if kept.is_file() or not here:  # each earlier card's curves, oldest first (each shows the stages its session ran)
             def last_stage(f: Path) -> int:  # learning_curves_FIRST-LAST.png: LAST's place in STAGES
                 return max((i for i, (n, _, _) in enumerate(STAGES) if f.stem.endswith(n)), default=-1)
             shown = sorted(plots.glob("learning_curves_*-*.png"), key=lambda f: (last_stage(f), f.name))
@@ -254,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
                               f"carried from the cards of those versions):" + "".join(
                                   f"\n\n![learning curves kept from an earlier card ({f.name})]"
                                   f"(plots/{f.name})" for f in shown))
-    learning_curves(run, plots, offset=sum(carried[name]["tokens"] for name in missing))
+    if here:  # with no stage logs here (a card regenerated after a new evaluation only), the curves stay
+        learning_curves(run, plots, offset=sum(carried[name]["tokens"] for name in missing))
     from wedlm.model import load_model
     n_params = sum(p.numel() for p in load_model(model).parameters())
     size_mb = sum(f.stat().st_size for f in model.rglob("*") if f.is_file()) / 1e6
@@ -268,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     v9 = "wedlm-deep12" in names
     v10 = "wedlm-deep14" in names
     v11 = "wedlm-deep17" in names
-    train_cfg = json.loads((run / here[0] / "train_config.json").read_text())
+    train_cfg = (json.loads((run / here[0] / "train_config.json").read_text()) if here
+                 else {"cpu": carried_cpu(model / "README.md")})
     tune_line = "not run"
     if tune and not tune.get("best"):
         tune_line = (f"{len(tune['grid'])} settings on the validation split "

@@ -50,6 +50,7 @@ CASES = [
     ("zero window", COMPLETIONS, completion(window_size=0), "window_size"),
     ("negative tau", CHAT, chat(wedlm_entropy_threshold=-1), "wedlm_entropy_threshold"),
     ("negative lambda", COMPLETIONS, completion(wedlm_pos_penalty_factor=-0.1), "wedlm_pos_penalty_factor"),
+    ("numeric stop_by_ar", CHAT, chat(wedlm_stop_by_ar=1), "wedlm_stop_by_ar"),
     ("string temperature", CHAT, chat(temperature="hot"), "temperature"),
     ("n too large", COMPLETIONS, completion(n=1000), "n"),
     ("boolean temperature", COMPLETIONS, completion(temperature=True), "temperature"),

@@ -16,7 +16,7 @@ import math
 import numbers
 from dataclasses import dataclass, field
 
-from .defaults import DECODERS, DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY, FALLBACKS
+from .defaults import DECODERS, DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY, DEFAULT_STOP_BY_AR, FALLBACKS
 from .errors import RequestError
 
 
@@ -58,6 +58,11 @@ class SamplingParams:
         wedlm_fallback: which mask to fill when none passes tau: "leftmost"
             (this engine's default, never stalls the commit frontier) or
             "argmin" (the official rule: lowest adjusted entropy).
+        wedlm_stop_by_ar: `wedlm` decoding only: fill the leftmost mask from the
+            AR head's next-token logits (free in the same forward) every step,
+            and let no other mask take a stop token, so only the AR head ends an
+            answer (`decoders/streaming.py`). False = Algorithm 1 as published;
+            default: the model's generation_config.json, else False.
         decoding: "wedlm" (Streaming Parallel Decoding), "ar", "blockwise" or
             "verified" (lossless: drafts verified by the AR head).
         window_size: per-request window W; None = the engine's.
@@ -78,6 +83,7 @@ class SamplingParams:
     wedlm_entropy_threshold: float | None | _ModelDefault = MODEL_DEFAULT
     wedlm_pos_penalty_factor: float | _ModelDefault = MODEL_DEFAULT
     wedlm_fallback: str = "leftmost"
+    wedlm_stop_by_ar: bool | _ModelDefault = MODEL_DEFAULT
     decoding: str = "wedlm"
     window_size: int | None = None
     seed: int | None = None
@@ -93,6 +99,8 @@ class SamplingParams:
                f"decoding must be one of {DECODERS}, got {self.decoding!r}")
         _check(isinstance(self.wedlm_fallback, str) and self.wedlm_fallback in FALLBACKS, "wedlm_fallback",
                f"wedlm_fallback must be one of {FALLBACKS}, got {self.wedlm_fallback!r}")
+        _check(self.wedlm_stop_by_ar is MODEL_DEFAULT or isinstance(self.wedlm_stop_by_ar, bool),
+               "wedlm_stop_by_ar", f"wedlm_stop_by_ar must be a bool, got {self.wedlm_stop_by_ar!r}")
         if self.window_size is not None:
             self.window_size = _integer("window_size", self.window_size, ">= 1", lambda v: v >= 1)
         tau = self.wedlm_entropy_threshold
@@ -135,6 +143,8 @@ class SamplingParams:
                                                               DEFAULT_ENTROPY_THRESHOLD)
         if self.wedlm_pos_penalty_factor is MODEL_DEFAULT:
             changes["wedlm_pos_penalty_factor"] = defaults.get("wedlm_pos_penalty_factor", DEFAULT_POS_PENALTY)
+        if self.wedlm_stop_by_ar is MODEL_DEFAULT:
+            changes["wedlm_stop_by_ar"] = defaults.get("wedlm_stop_by_ar", DEFAULT_STOP_BY_AR)
         return dataclasses.replace(self, **changes)  # validates the model's values too
 
 

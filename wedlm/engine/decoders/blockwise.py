@@ -15,13 +15,17 @@ import torch
 from ..request import Sequence
 from ..sampling import RowScores
 from .base import StepResult, WindowPlan
-from .streaming import StreamingDecoder, fill_masks
+from .streaming import StreamingDecoder, fill_masks, plan_filled_first
 
 
 class BlockwiseDecoder(StreamingDecoder):
-    """`decoding="blockwise"`: the streaming window and fill rule, committed a whole block at a time."""
+    """`decoding="blockwise"`: the streaming window and fill rule, committed a whole block at a time
+    (mask rows only: `wedlm_stop_by_ar` is a streaming option)."""
 
     name = "blockwise"
+
+    def plan(self, seq: Sequence) -> WindowPlan:
+        return plan_filled_first(seq, self.mask_token_id)
 
     def update(self, seq: Sequence, plan: WindowPlan, logits: torch.Tensor,
                argmax: list[int], scores: RowScores | None = None) -> StepResult:

@@ -21,6 +21,19 @@ Then:
 When the leftmost filled run after a fill already ends the request (it holds
 a stop token or reaches the length limit), it is committed at once: its cache
 rows are never needed, so the extra forward is skipped.
+
+Stops decided by the AR head (`wedlm_stop_by_ar=True`, this engine's option; off
+is Algorithm 1 as published): the leftmost mask, right after the leading filled
+run, is filled every step from the AR head's next-token logits instead of its
+own mask row. Those logits come free with the same forward: the last slot of the
+leading run (or, when the window starts with a mask, the last uncached committed
+token) was fed in logical order on committed context only, so its output is
+exactly the AR model's next-token distribution for the committed text. And no
+other mask may be filled with a stop token: ending the answer is decided only
+where the whole text before it is known. A confident false stop in a far slot
+cannot be undone (the request ends), while a stop that waits costs at most one
+forward. Greedy, the leftmost token of every step is then the one `ar` would
+emit after the committed text (docs/method.md, "Stops decided by the AR head").
 """
 
 from __future__ import annotations
@@ -33,19 +46,40 @@ from .base import Decoder, StepResult, WindowPlan
 from .fill import below_tau, draw, fill_scores
 
 
-def plan_filled_first(seq: Sequence, mask_id: int) -> WindowPlan:
+def plan_filled_first(seq: Sequence, mask_id: int, leftmost_from_ar: bool = False) -> WindowPlan:
     """Reorder seq.window filled-first, then masks, each by ascending position (section 4.1).
 
-    The logits asked for are the masks', in slot order (`row_slots`).
+    The logits asked for are the masks', in slot order (`row_slots`). With
+    `leftmost_from_ar`, slot k (after a leading filled run of k slots: the leftmost mask,
+    or, when the whole window is filled, the first slot after it, k = W) takes the AR
+    head's row instead of a mask row: the last slot of that run (physical row k - 1, the
+    run being fed first and in order), or, when k = 0, the last uncached committed token
+    (`anchor`, logits row 0). When k = 0 and every committed token is cached, no AR row
+    is fed this forward and the mask row is used.
     """
     base = len(seq.tokens)
     filled = [i for i, t in enumerate(seq.window) if t is not None]
     masks = [i for i, t in enumerate(seq.window) if t is None]
     ids = [seq.window[i] for i in filled] + [mask_id] * len(masks)
-    return WindowPlan(ids, [base + i for i in filled + masks], list(range(len(filled), len(ids))), masks)
+    positions = [base + i for i in filled + masks]
+    rows = list(range(len(filled), len(ids)))
+    if leftmost_from_ar and ids:
+        k = masks[0] if masks else len(ids)
+        if k > 0:
+            return WindowPlan(ids, positions, [k - 1] + rows[1:], [k] + masks[1:])
+        if seq.num_cached < len(seq.tokens):
+            return WindowPlan(ids, positions, rows[1:], masks[1:], anchor=True)
+    return WindowPlan(ids, positions, rows, masks)
 
 
-def fill_masks(seq: Sequence, slots: list[int], logits: torch.Tensor, scores: RowScores | None = None) -> None:
+def leftmost_from_ar(plan: WindowPlan, k: int) -> bool:
+    """Whether `plan` (for a window whose leading filled run has k slots) feeds the AR row of
+    the leftmost mask (`plan_filled_first` with leftmost_from_ar): the anchor, or row k - 1."""
+    return plan.anchor or (k > 0 and bool(plan.logit_rows) and plan.logit_rows[0] == k - 1)
+
+
+def fill_masks(seq: Sequence, slots: list[int], logits: torch.Tensor, scores: RowScores | None = None,
+               ar_first: bool = False) -> None:
     """Fill masks of seq.window by the distance-adjusted entropy rule (Eq. 11, `fill.py`).
 
     Every mask scoring below tau is filled; when none does, the leftmost (default) or the
@@ -55,16 +89,20 @@ def fill_masks(seq: Sequence, slots: list[int], logits: torch.Tensor, scores: Ro
         slots: window indices of the masks, ascending, aligned with `logits` rows.
         logits: float [len(slots), V] predictions at those masks.
         scores: their batch-wide softmax and entropy (`fill.fill_scores`); None = from `logits`.
+        ar_first: row 0 is the AR head's prediction for the leftmost mask (stops decided by
+            the AR head): that mask is always filled, and no other may take a stop token.
     """
     if not slots:
         return
     params = seq.params
     probs, adjusted = fill_scores(logits, params, [s - slots[0] for s in slots], scores)
     tau = params.wedlm_entropy_threshold
-    chosen = [j for j, ok in enumerate(below_tau(adjusted, tau)) if ok]
+    chosen = [j for j, ok in enumerate(below_tau(adjusted, tau)) if ok or (ar_first and j == 0)]
     if not chosen:
         chosen = [0] if tau is not None and params.wedlm_fallback == "leftmost" else [int(adjusted.argmin())]
     for j, t in zip(chosen, draw(probs[chosen], params, seq.generator)):
+        if ar_first and j > 0 and t in seq.stop_ids:
+            continue  # only the AR head ends the answer
         seq.window[slots[j]] = t
 
 
@@ -84,15 +122,21 @@ class StreamingDecoder(Decoder):
         seq.window = [None] * min(seq.window_size, seq.budget_left)
 
     def plan(self, seq: Sequence) -> WindowPlan:
-        return plan_filled_first(seq, self.mask_token_id)
+        return plan_filled_first(seq, self.mask_token_id, seq.params.wedlm_stop_by_ar)
 
     def update(self, seq: Sequence, plan: WindowPlan, logits: torch.Tensor,
                argmax: list[int], scores: RowScores | None = None) -> StepResult:
         window = seq.window
         k = leading_filled(window)
         committed = list(window[:k])
-        fill_masks(seq, plan.row_slots, logits, scores)
         budget = seq.budget_left - k
+        ar_first = leftmost_from_ar(plan, k)
+        if ar_first and k == len(window):  # the AR row is for the first slot after the window
+            if budget > 0:
+                window.append(None)
+                fill_masks(seq, [k], logits[:1], None if scores is None else scores[:1], ar_first=True)
+        else:
+            fill_masks(seq, ([k] if plan.anchor else []) + plan.row_slots, logits, scores, ar_first=ar_first)
         rest = seq.window[k:]
         seq.window = rest + [None] * max(0, min(seq.window_size, budget) - len(rest))
         run = seq.window[:leading_filled(seq.window)]
