@@ -33,10 +33,11 @@ DECODINGS = ("ar", "wedlm", "verified")
 
 
 def defaults(model: str) -> dict:
-    """W, tau, lambda from the model's generation_config.json."""
+    """W, tau, lambda and stop_by_ar from the model's generation_config.json (every `wedlm` run
+    here decodes with them; stop_by_ar reaches the engine as the model's default)."""
     gen = json.loads((Path(model) / "generation_config.json").read_text())
     return {"window": gen["wedlm_window_size"], "tau": gen["wedlm_entropy_threshold"],
-            "lam": gen["wedlm_pos_penalty_factor"]}
+            "lam": gen["wedlm_pos_penalty_factor"], "stop_by_ar": gen.get("wedlm_stop_by_ar", False)}
 
 
 def count200(model: str, window: int, tau: float, lam: float) -> dict:
@@ -170,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     d = defaults(args.model)
     skip = set(args.skip.split(","))
-    summary = {"model": args.model, "tau": d["tau"], "lambda": d["lam"], "window": d["window"]}
+    summary = {"model": args.model, "tau": d["tau"], "lambda": d["lam"], "window": d["window"],
+               "stop_by_ar": d["stop_by_ar"]}
     if args.update and (out / "summary.json").is_file():
         summary = {**json.loads((out / "summary.json").read_text()), **summary}
     if "tasks" not in skip:

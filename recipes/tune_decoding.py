@@ -37,6 +37,11 @@ def summarize(recs: list[dict]) -> dict:
     return {"tasks": suite.table(recs, "task"), "tokens_per_forward": toks / max(1, fwd)}
 
 
+def within_slack(worst_loss: float, slack: float) -> bool:
+    """A loss of exactly `slack` counts as within it (0.92 - 0.915 is 0.005000000000000004 in floats)."""
+    return worst_loss <= slack + 1e-9
+
+
 def pick(grid: list[dict], tie: float = 0.0) -> tuple[dict, str]:
     """The setting to ship and the rule that chose it (see the module docstring).
 
@@ -121,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         r = {"window": w, "tau": tau, "lambda": lam, "stop_by_ar": stop,
              **summarize(suite.run(llm, exs, "wedlm", tau, lam, stop))}
         r["worst_loss"] = max(ar["tasks"][t]["accuracy"] - r["tasks"][t]["accuracy"] for t in n)
-        r["ok"] = r["worst_loss"] <= args.slack
+        r["ok"] = within_slack(r["worst_loss"], args.slack)
         grid.append(r)
         print(json.dumps({k: r[k] for k in ("window", "tau", "lambda", "stop_by_ar", "tokens_per_forward", "ok")}),
               {t: round(r["tasks"][t]["accuracy"], 3) for t in n}, flush=True)

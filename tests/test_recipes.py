@@ -231,6 +231,13 @@ def test_recipe_mixes_match_their_config_headers():
         assert yaml.safe_load(text)["data"] == data, config
 
 
+def test_a_loss_of_exactly_the_slack_is_within_it():
+    from recipes.tune_decoding import within_slack
+
+    assert within_slack(0.92 - 0.915, 0.005) and within_slack(0.0, 0.005)
+    assert not within_slack(0.92 - 0.91, 0.005)
+
+
 def test_settings_take_pairs_instead_of_the_grid():
     from recipes.tune_decoding import settings
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-SCHEMA_KEYS = ("schema", "command", "created", "model", "machine", "machine_line", "config",
+SCHEMA_KEYS = ("schema", "command", "created", "model", "machine", "machine_line", "stop_by_ar", "config",
                "systems", "tasks", "results", "trace", "elapsed_s")
 RESULT_KEYS = ("task", "batch_size", "system", "kind", "decoding", "tau", "lam", "items",
                "tokens_per_s", "wall_s", "tokens_per_forward", "p_cache", "ttft_s", "decode_tokens",
@@ -108,6 +108,8 @@ def markdown(result: dict, img_dir: str = "img") -> str:
              f"- command: `{result['command']}`",
              f"- machine: {result['machine_line']}",
              f"- model: `{result['model']}`; greedy decoding; window W={cfg['window_size']}; "
+             + ("`wedlm` rows with stops decided by the AR head (the model's `wedlm_stop_by_ar`); "
+                if result.get("stop_by_ar") else "") +
              f"{cfg['repeats']} timed repeat(s) after a warm-up; run took {result['elapsed_s']:.0f} s",
              f"- created: {result['created']}", "",
              "## Targets", "",

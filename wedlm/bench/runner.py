@@ -209,6 +209,8 @@ def run_bench(cfg: BenchConfig, llm=None, hf=None) -> dict:
     return {"schema": SCHEMA, "command": cfg.command,
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "model": cfg.model, "machine": info, "machine_line": machine_line(info),
+            # what the wedlm rows decode with (the model's default; fakes in tests have no engine)
+            "stop_by_ar": bool(getattr(getattr(llm, "engine", None), "model_defaults", {}).get("wedlm_stop_by_ar")),
             "config": _config_dict(cfg),
             "systems": [{"name": s.name, **asdict(s.spec)} for s in systems],
             "tasks": [{"name": t.name, "kind": t.kind, "max_tokens": t.max_tokens,
