@@ -353,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
         recipe_minutes="" if not continued else (" (the 118-minute recipe plus continued stages)" if v4 else
                                                  " (the 118-minute recipe plus a continued stage)"),
         minutes=f"{totals['minutes']:.0f}", tokens=f"{totals['tokens'] / 1e6:.1f}M",
+        eval_args=" ".join(f"--n-{t} {summary['tasks_total']['ar'][t]['n']}" for t in ("count", "addsub", "listops")
+                           if t in summary.get("tasks_total", {}).get("ar", {})) + " --probe-items 20",
         cpu=train_cfg.get("cpu") or "CUDA", tune=tune_line, tune_cmd=tune_cmd, eval_table=markdown(summary),
         earlier_curves=earlier_curves, eval_precision=summary.get("precision", "float32 weights"), probe="\n".join(probe_rows), end_probe=end_rows, verified_diff=summary.get("verified_differs_from_ar", "n/a"),
         notes=Path(args.notes).read_text() if args.notes else "")
@@ -692,7 +694,7 @@ and a cosine schedule on wall clock. Prompts are never masked or scored.
 
 ## Evaluation (test split, greedy, the defaults above; {eval_precision})
 
-    python recipes/eval_wedlm_tiny.py --n-count 60 --n-addsub 100 --n-listops 150 --probe-items 20
+    python recipes/eval_wedlm_tiny.py {eval_args}
 
 {eval_table}
 
