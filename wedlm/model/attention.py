@@ -221,22 +221,33 @@ class PagedAttention:
 
     def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                scale: float) -> torch.Tensor:
-        """q [T, Hq, D], k/v [T, Hkv, D] -> [T, Hq, D]; writes k/v into the cache first."""
+        """q [T, Hq, D], k/v [T, Hkv, D] -> [T, Hq, D]; writes k/v into the cache first.
+
+        Every gather and scatter is a flat `index_select` / `index_copy_` along the first axis:
+        the same values as advanced indexing with the 2-D index tensors, about 5x faster on a
+        CPU for a [32, 64]-slot gather (advanced indexing took 20% of a batch-32 `ar` step).
+        """
         k_cache, v_cache = self.kv_cache.flat(layer_idx)
-        k_cache[self.slot_mapping] = k.to(k_cache.dtype)
-        v_cache[self.slot_mapping] = v.to(v_cache.dtype)
-        keys = k_cache[self.kv_slots].transpose(1, 2)  # [B, Hkv, max_kv, D]
-        values = v_cache[self.kv_slots].transpose(1, 2)
+        k_cache.index_copy_(0, self.slot_mapping, k.to(k_cache.dtype))
+        v_cache.index_copy_(0, self.slot_mapping, v.to(v_cache.dtype))
+        keys = _rows(k_cache, self.kv_slots).transpose(1, 2)  # [B, Hkv, max_kv, D]
+        values = _rows(v_cache, self.kv_slots).transpose(1, 2)
         if self.q_index is None:
             queries = q.unsqueeze(0)  # [1, T, Hq, D]
         else:
-            queries = q[self.q_index]  # [B, max_q, Hq, D]
+            queries = _rows(q, self.q_index)  # [B, max_q, Hq, D]
         out = sdpa(queries.transpose(1, 2), keys.to(queries.dtype), values.to(queries.dtype), self.mask,
                    False, scale)
         out = out.transpose(1, 2)  # [B, max_q, Hq, D]
         if self.t_index is None:
             return out[0]
-        return out.reshape(-1, *out.shape[2:])[self.t_index]  # [T, Hq, D]
+        return _rows(out.reshape(-1, *out.shape[2:]), self.t_index)  # [T, Hq, D]
+
+
+def _rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """table[index] for an int64 index of any shape, gathering whole rows of the first axis:
+    [*index.shape, *table.shape[1:]]."""
+    return torch.index_select(table, 0, index.reshape(-1)).view(*index.shape, *table.shape[1:])
 
 
 def _causal_on_cache(ctx: np.ndarray, qlen: np.ndarray, max_q: int, max_kv: int,
