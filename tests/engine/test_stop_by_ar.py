@@ -67,6 +67,17 @@ def test_the_ar_row_is_filled_even_when_no_mask_passes_tau():
     assert seq.window == [7, 0, 4, None]  # AR argmax of a uniform row is id 0; slot 2 passed tau
 
 
+def test_tau_none_still_fills_the_argmin_mask_besides_the_ar_row():
+    logits = torch.zeros(3, 8)  # row 0 (AR) uniform, row 2 confident: the argmin is slot 3
+    logits[2, 5] = 30.0
+    seq = seq_with([7, None, None, None], wedlm_entropy_threshold=None, wedlm_pos_penalty_factor=0.0)
+    fill_masks(seq, [1, 2, 3], logits, ar_first=True)
+    assert seq.window == [7, 0, None, 5]
+    plain = seq_with([7, None, None, None], wedlm_entropy_threshold=None, wedlm_pos_penalty_factor=0.0)
+    fill_masks(plain, [1, 2, 3], logits)
+    assert plain.window == [7, None, None, 5]
+
+
 def test_greedy_with_tau_zero_equals_ar_token_for_token(make_llm):
     """tau 0 fills no mask by entropy, so every token comes from the AR head: the output and the
     number of forwards equal `ar`'s."""

@@ -90,16 +90,19 @@ def fill_masks(seq: Sequence, slots: list[int], logits: torch.Tensor, scores: Ro
         logits: float [len(slots), V] predictions at those masks.
         scores: their batch-wide softmax and entropy (`fill.fill_scores`); None = from `logits`.
         ar_first: row 0 is the AR head's prediction for the leftmost mask (stops decided by
-            the AR head): that mask is always filled, and no other may take a stop token.
+            the AR head): the rule above chooses as usual (row 0 scored like a mask row), that
+            mask is filled in any case, and no other may take a stop token.
     """
     if not slots:
         return
     params = seq.params
     probs, adjusted = fill_scores(logits, params, [s - slots[0] for s in slots], scores)
     tau = params.wedlm_entropy_threshold
-    chosen = [j for j, ok in enumerate(below_tau(adjusted, tau)) if ok or (ar_first and j == 0)]
+    chosen = [j for j, ok in enumerate(below_tau(adjusted, tau)) if ok]
     if not chosen:
         chosen = [0] if tau is not None and params.wedlm_fallback == "leftmost" else [int(adjusted.argmin())]
+    if ar_first and chosen[0] != 0:  # the rule as usual (row 0 scored from the AR row), plus slot 0
+        chosen = [0] + chosen
     for j, t in zip(chosen, draw(probs[chosen], params, seq.generator)):
         if ar_first and j > 0 and t in seq.stop_ids:
             continue  # only the AR head ends the answer
