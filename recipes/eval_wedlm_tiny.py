@@ -35,9 +35,11 @@ DECODINGS = ("ar", "wedlm", "verified")
 def defaults(model: str) -> dict:
     """W, tau, lambda and stop_by_ar from the model's generation_config.json (every `wedlm` run
     here decodes with them; stop_by_ar reaches the engine as the model's default)."""
-    gen = json.loads((Path(model) / "generation_config.json").read_text())
-    return {"window": gen["wedlm_window_size"], "tau": gen["wedlm_entropy_threshold"],
-            "lam": gen["wedlm_pos_penalty_factor"], "stop_by_ar": gen.get("wedlm_stop_by_ar", False)}
+    from wedlm.engine.defaults import model_decoding_defaults
+
+    d = model_decoding_defaults(model)
+    return {"window": d["wedlm_window_size"], "tau": d["wedlm_entropy_threshold"],
+            "lam": d["wedlm_pos_penalty_factor"], "stop_by_ar": d["wedlm_stop_by_ar"]}
 
 
 def count200(model: str, window: int, tau: float, lam: float) -> dict:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from wedlm import SamplingParams
-from wedlm.engine.decoders.streaming import fill_masks, leftmost_from_ar, plan_filled_first
+from wedlm.engine.decoders.streaming import fill_masks, plan_filled_first
 from wedlm.engine.errors import RequestError
 
 MASK = 99
@@ -26,21 +26,22 @@ def test_plan_reads_the_last_slot_of_the_leading_run_for_the_leftmost_mask():
     assert plan.token_ids == [11, 12, 13, MASK, MASK]
     assert plan.positions == [3, 4, 6, 5, 7]
     assert (plan.logit_rows, plan.row_slots, plan.anchor) == ([1, 4], [2, 4], False)
-    assert leftmost_from_ar(plan, 2)
+    assert plan.leftmost_ar
     plain = plan_filled_first(seq, MASK)
-    assert (plain.logit_rows, plain.row_slots) == ([3, 4], [2, 4]) and not leftmost_from_ar(plain, 2)
+    assert (plain.logit_rows, plain.row_slots) == ([3, 4], [2, 4]) and not plain.leftmost_ar
     full = plan_filled_first(seq_with([11, 12, 13]), MASK, leftmost_from_ar=True)  # for the slot after it
-    assert (full.logit_rows, full.row_slots, full.anchor) == ([2], [3], False) and leftmost_from_ar(full, 3)
+    assert (full.logit_rows, full.row_slots, full.anchor) == ([2], [3], False) and full.leftmost_ar
 
 
 def test_plan_uses_the_anchor_when_the_window_starts_with_a_mask():
     seq = seq_with([None, 12, None], num_cached=2)  # the last committed token is not cached yet
     plan = plan_filled_first(seq, MASK, leftmost_from_ar=True)
     assert (plan.token_ids, plan.logit_rows, plan.row_slots, plan.anchor) == ([12, MASK, MASK], [2], [2], True)
+    assert plan.leftmost_ar
     cached = seq_with([None, 12, None], num_cached=3)  # nothing fed before the window: mask rows
     plan = plan_filled_first(cached, MASK, leftmost_from_ar=True)
     assert (plan.logit_rows, plan.row_slots, plan.anchor) == ([1, 2], [0, 2], False)
-    assert not leftmost_from_ar(plan, 0)
+    assert not plan.leftmost_ar
 
 
 def one_hot_logits(ids, vocab=8, high=20.0):

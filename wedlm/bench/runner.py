@@ -209,8 +209,7 @@ def run_bench(cfg: BenchConfig, llm=None, hf=None) -> dict:
     return {"schema": SCHEMA, "command": cfg.command,
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "model": cfg.model, "machine": info, "machine_line": machine_line(info),
-            # what the wedlm rows decode with (the model's default; fakes in tests have no engine)
-            "stop_by_ar": bool(getattr(getattr(llm, "engine", None), "model_defaults", {}).get("wedlm_stop_by_ar")),
+            "stop_by_ar": llm.decoding_defaults["wedlm_stop_by_ar"],  # what the wedlm rows decode with
             "config": _config_dict(cfg),
             "systems": [{"name": s.name, **asdict(s.spec)} for s in systems],
             "tasks": [{"name": t.name, "kind": t.kind, "max_tokens": t.max_tokens,

@@ -40,6 +40,9 @@ class WindowPlan:
         logit_rows: indices into `token_ids` whose logits are needed, in order.
         row_slots: the window index (`seq.window`) of each of those rows.
         anchor: also return the logits of the last committed token, as row 0.
+        leftmost_ar: the first logits row (the anchor's, or else `logit_rows[0]`) is the AR
+            head's next-token row for the leftmost mask (`wedlm_stop_by_ar`,
+            decoders/streaming.py).
     """
 
     token_ids: list[int]
@@ -47,6 +50,7 @@ class WindowPlan:
     logit_rows: list[int]
     row_slots: list[int]
     anchor: bool = False
+    leftmost_ar: bool = False
 
 
 @dataclass

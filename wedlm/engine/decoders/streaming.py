@@ -66,16 +66,10 @@ def plan_filled_first(seq: Sequence, mask_id: int, leftmost_from_ar: bool = Fals
     if leftmost_from_ar and ids:
         k = masks[0] if masks else len(ids)
         if k > 0:
-            return WindowPlan(ids, positions, [k - 1] + rows[1:], [k] + masks[1:])
+            return WindowPlan(ids, positions, [k - 1] + rows[1:], [k] + masks[1:], leftmost_ar=True)
         if seq.num_cached < len(seq.tokens):
-            return WindowPlan(ids, positions, rows[1:], masks[1:], anchor=True)
+            return WindowPlan(ids, positions, rows[1:], masks[1:], anchor=True, leftmost_ar=True)
     return WindowPlan(ids, positions, rows, masks)
-
-
-def leftmost_from_ar(plan: WindowPlan, k: int) -> bool:
-    """Whether `plan` (for a window whose leading filled run has k slots) feeds the AR row of
-    the leftmost mask (`plan_filled_first` with leftmost_from_ar): the anchor, or row k - 1."""
-    return plan.anchor or (k > 0 and bool(plan.logit_rows) and plan.logit_rows[0] == k - 1)
 
 
 def fill_masks(seq: Sequence, slots: list[int], logits: torch.Tensor, scores: RowScores | None = None,
@@ -133,13 +127,12 @@ class StreamingDecoder(Decoder):
         k = leading_filled(window)
         committed = list(window[:k])
         budget = seq.budget_left - k
-        ar_first = leftmost_from_ar(plan, k)
-        if ar_first and k == len(window):  # the AR row is for the first slot after the window
+        if plan.leftmost_ar and k == len(window):  # the AR row is for the first slot after the window
             if budget > 0:
                 window.append(None)
-                fill_masks(seq, [k], logits[:1], None if scores is None else scores[:1], ar_first=True)
+                fill_masks(seq, plan.row_slots, logits, scores, ar_first=True)
         else:
-            fill_masks(seq, ([k] if plan.anchor else []) + plan.row_slots, logits, scores, ar_first=ar_first)
+            fill_masks(seq, ([k] if plan.anchor else []) + plan.row_slots, logits, scores, ar_first=plan.leftmost_ar)
         rest = seq.window[k:]
         seq.window = rest + [None] * max(0, min(seq.window_size, budget) - len(rest))
         run = seq.window[:leading_filled(seq.window)]
