@@ -201,8 +201,9 @@ def test_stop_probe_groups_values_and_reads_both_heads(tiny_wedlm):
     assert probe["at B"]["ar>0.5"] == float(p[-2] > 0.5)
 
 
-def test_recipe_mixes_match_their_config_headers():
-    """Every `mix_stage` of recipes/wedlm_tiny.sh writes exactly the mix its config's header
+@pytest.mark.parametrize("recipe, min_calls", [("wedlm_tiny.sh", 13), ("wedlm_tiny_scratch.sh", 2)])
+def test_recipe_mixes_match_their_config_headers(recipe, min_calls):
+    """Every `mix_stage` of a recipe (the lineage's and the from-scratch one) writes exactly the mix its config's header
     documents (same --out file, same JSON), and the config trains on that file. bash itself
     expands each call's arguments (quoting and variables as the recipe would run them)."""
     import json
@@ -213,14 +214,14 @@ def test_recipe_mixes_match_their_config_headers():
     import yaml
 
     root = Path(__file__).resolve().parents[1]
-    script = (root / "recipes" / "wedlm_tiny.sh").read_text().replace("\\\n", " ")
+    script = (root / "recipes" / recipe).read_text().replace("\\\n", " ")
     lines = [line.strip() for line in script.splitlines()]
     variables = [line for line in lines if re.match(r"^[A-Z_]+='", line)]
     stub = "\n".join(["mix_stage() { printf '%s\\0' \"$@\"; printf '\\n'; }", *variables,
                       *(line for line in lines if line.startswith("mix_stage "))])
     out = subprocess.run(["bash", "-c", stub], capture_output=True, text=True, check=True).stdout
     calls = [call.split("\0")[:-1] for call in out.split("\n") if call]
-    assert len(calls) >= 13 and all(len(c) == 4 for c in calls)
+    assert len(calls) >= min_calls and all(len(c) == 4 for c in calls)
     for name, config, data, mix in calls:
         text = (root / config).read_text()
         header = " ".join(line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#"))
