@@ -18,21 +18,7 @@ RUN=runs/wedlm-tiny-scratch
 mkdir -p "$RUN" data/scratch
 PY=${PYTHON:-python}
 
-stage() {  # stage NAME COMMAND...: run, timing it into stages.jsonl
-  local name=$1; shift
-  local t0=$(date +%s)
-  echo "=== [$(date +%T)] stage $name: $*"
-  "$@"
-  local t1=$(date +%s)
-  echo "{\"stage\": \"$name\", \"seconds\": $((t1 - t0)), \"finished\": \"$(date -Is)\"}" >> "$RUN/stages.jsonl"
-  echo "=== [$(date +%T)] stage $name done in $((t1 - t0)) s"
-}
-
-mix_stage() {  # mix_stage NAME CONFIG DATA MIX_JSON: write the stage's mix (once), then train it
-  local name=$1 config=$2 data=$3 mix=$4
-  [ -f "$data" ] || stage "data-$name" $PY -m wedlm.data.curriculum --out "$data" --mix "$mix"
-  stage "$name" $PY -m wedlm.cli.main train --config "$config"
-}
+source recipes/stages.sh  # stage, mix_stage
 
 mix_stage ar configs/scratch_ar.yaml data/scratch/s1.jsonl \
   '{"seed": 40, "simple": {"6": 40000}, "simple_forms": {"6": 10000}, "replay": {"count": 8000, "addsub": 20000, "listops": 20000}}'
@@ -40,5 +26,5 @@ mix_stage ar configs/scratch_ar.yaml data/scratch/s1.jsonl \
 mix_stage wedlm configs/scratch_wedlm.yaml data/scratch/s2.jsonl \
   '{"seed": 41, "distractor": {"30": 12000}, "distractor2": {"50": 8000}, "carry": {"20": 8000}, "simple_forms": {"6": 10000}, "replay": {"count": 8000, "addsub": 12000, "listops": 10000}}'
 [ -f "$RUN/export/config.json" ] || stage export $PY -m wedlm.train.export "$RUN/wedlm/final" "$RUN/export"
-cp models/wedlm-tiny/generation_config.json "$RUN/export/generation_config.json"  # the shipped decoding defaults
+cp models/wedlm-tiny/{generation_config,tokenizer,tokenizer_config,special_tokens_map}.json "$RUN/export/"  # the shipped decoding defaults and the tokenizer it trained with
 echo "=== recipe done: $RUN/export"
