@@ -10,6 +10,8 @@ torch.set_num_threads(1)  # a training job may share the 2 cores; oversubscripti
 # choices would switch to bf16 autocast (its own tests force it with autocast=True / explicit flags).
 # Set here, before any import of wedlm reads it, and inherited by spawned servers and TP workers.
 os.environ.setdefault("WEDLM_CPU_BF16", "0")
+# Likewise the float32 matmul kernel: BLAS everywhere (tests/engine/test_onednn_linear.py forces oneDNN).
+os.environ.setdefault("WEDLM_CPU_LINEAR", "blas")
 
 
 @pytest.fixture(scope="session")

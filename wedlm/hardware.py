@@ -26,6 +26,19 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_vendor(cpuinfo: str | None = None) -> str:
+    """The `vendor_id` of the first processor in /proc/cpuinfo ("GenuineIntel", "AuthenticAMD"; "" where none)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return ""
+    for line in cpuinfo.splitlines():
+        if line.startswith("vendor_id"):
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
 def cpu_flags(cpuinfo: str | None = None) -> set[str]:
     """The `flags` of the first processor in /proc/cpuinfo (empty set where there is none)."""
     if cpuinfo is None:
@@ -73,3 +86,30 @@ def training_precision(requested: str, cuda: bool, flags: set[str] | None = None
     if requested != "auto":
         return requested
     return "bf16" if cuda or cpu_has_bf16_units(flags) else "no"
+
+
+def cpu_prefers_onednn_linear(vendor: str | None = None, flags: set[str] | None = None) -> tuple[bool, str]:
+    """(route float32 matmuls through oneDNN instead of BLAS, why) for this CPU.
+
+    Why: torch's CPU build multiplies float32 matrices with MKL, whose fast kernels target Intel
+    CPUs; on an AMD Zen 4 core (AVX-512) MKL ran [32, 192] x [192, 1024] in 142 us against 82 us
+    for oneDNN, and [544, 192] x [192, 4096] in 8.7 ms against 3.8 ms (docs/engine.md, "oneDNN
+    matmuls"). Automatic: True for an AMD CPU with AVX-512 (where it was measured), False
+    otherwise (Intel: MKL's own target; AVX2-only AMD: not measured). Without `vendor` and
+    `flags`, WEDLM_CPU_LINEAR ("onednn" or "blas") overrides the detection (the test suite sets
+    "blas", like WEDLM_CPU_BF16).
+
+    Raises:
+        ValueError: WEDLM_CPU_LINEAR set to anything but "onednn" or "blas".
+    """
+    if vendor is None and flags is None:
+        env = os.environ.get("WEDLM_CPU_LINEAR")
+        if env is not None and env not in ("onednn", "blas"):
+            raise ValueError(f"WEDLM_CPU_LINEAR must be 'onednn' or 'blas', got {env!r}")
+        if env is not None:
+            return env == "onednn", f"WEDLM_CPU_LINEAR={env}"
+    vendor = cpu_vendor() if vendor is None else vendor
+    flags = cpu_flags() if flags is None else flags
+    if vendor == "AuthenticAMD" and "avx512f" in flags:
+        return True, "auto: AMD CPU with AVX-512, where MKL is slow"
+    return False, "auto: BLAS" if vendor != "AuthenticAMD" else "auto: AMD CPU without AVX-512, not measured"

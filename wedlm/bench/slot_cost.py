@@ -239,7 +239,8 @@ def run_slot_cost(cfg: SlotCostConfig) -> dict:
                 compiled = engine.runner.compiled
                 rows.append({
                     "model": name, "params_m": sum(p.numel() for p in engine.model.parameters()) / 1e6,
-                    "mode": mode, "precision": engine.precision, "window": engine.window_size,
+                    "mode": mode, "precision": engine.precision, "matmuls": engine.matmuls,
+                    "window": engine.window_size,
                     "ms": {str(w): t for w, t in curve.items()},
                     "ratio_16_vs_1": curve[16] / curve[1] if 16 in curve and 1 in curve else None,
                     "break_even": break_even(curve, engine.window_size), "tokens_per_forward": tpf,
@@ -278,6 +279,8 @@ def markdown(result: dict, img: str | None = "img/bench_slot_cost.png") -> str:
                      + " | ".join(f"{r['ms'][w]:.2f}" for w in slots)
                      + f" | {ratio} | {r['window']} | {r['break_even']:.2f} | {tpf} | {_overhead(r, 'ar')}"
                      f" | {_overhead(r, 'wedlm')} | {r['compile_s']:.1f} |")
+    paths = dict.fromkeys(f"{r['precision']}; {r.get('matmuls', 'BLAS matmuls')}" for r in result["rows"])
+    lines += ["", "Forward: " + " / ".join(paths)]
     if img:
         lines += ["", f"![slot cost]({img})"]
     return "\n".join(lines) + "\n"

@@ -129,7 +129,8 @@ def run_slot_cost_section(args: argparse.Namespace) -> int:
         ratio = "" if r["ratio_16_vs_1"] is None else f", 16 vs 1 slot {r['ratio_16_vs_1']:.2f}x"
         over = "".join(f", {d} step/bare {o['overhead']:.2f}x" for d, o in r["engine_overhead"].items()
                        if o["overhead"] is not None)
-        print(f"  {r['model']} ({r['mode']}, {r['precision']}): break-even {r['break_even']:.2f} tokens/forward "
+        forward = f"{r['precision']}; {r.get('matmuls', 'BLAS matmuls')}"
+        print(f"  {r['model']} ({r['mode']}, {forward}): break-even {r['break_even']:.2f} tokens/forward "
               f"at W={r['window']}, measured {tpf}{ratio}{over}")
     for kind, path in paths.items():
         print(f"{kind}: {path}")

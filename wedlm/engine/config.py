@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..hardware import cpu_has_bf16_units
+from ..hardware import cpu_has_bf16_units, cpu_prefers_onednn_linear
 
 DEFAULT_MAX_MODEL_LEN = 4096
 CPU_KV_BUDGET_BYTES = 4 << 30
@@ -129,6 +129,19 @@ def _autocast_choice(requested, device, dtype, flags, hidden_size) -> tuple[torc
     if hidden_size is not None and hidden_size < AUTOCAST_MIN_HIDDEN:
         return None, f"auto: hidden size {hidden_size} < {AUTOCAST_MIN_HIDDEN}, fp32 is as fast"
     return torch.bfloat16, "auto: CPU has bf16 matrix units"
+
+
+def resolve_cpu_linear(device: torch.device, dtype: str, autocast: torch.dtype | None,
+                       tensor_parallel_size: int = 1) -> tuple[bool, str]:
+    """(float32 matmuls of >= `fast_model.ONEDNN_MIN_ROWS` rows by oneDNN, the line for logs).
+
+    Only for float32 weights without autocast on a CPU, in one process (tensor-parallel ranks
+    keep BLAS), where `hardware.cpu_prefers_onednn_linear` says BLAS is the slower kernel.
+    """
+    if device.type != "cpu" or dtype != "float32" or autocast is not None or tensor_parallel_size > 1:
+        return False, "BLAS matmuls"
+    onednn, why = cpu_prefers_onednn_linear()
+    return onednn, f"{'oneDNN' if onednn else 'BLAS'} float32 matmuls ({why})"
 
 
 def resolve_max_model_len(requested: int | None, max_position_embeddings: int) -> int:

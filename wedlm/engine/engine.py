@@ -25,8 +25,8 @@ import time
 from ..tokenizer import load_tokenizer, mask_token_id, stop_token_ids
 from .block_manager import BlockManager
 from .commit import commit_tokens, final_delta, progress_delta
-from .config import (EngineConfig, resolve_device, resolve_max_model_len, resolve_precision,
-                     resolve_num_blocks)
+from .config import (EngineConfig, resolve_cpu_linear, resolve_device, resolve_max_model_len, resolve_num_blocks,
+                     resolve_precision)
 from .decoders import DECODER_CLASSES, Decoder, WindowPlan
 from .defaults import model_decoding_defaults
 from .errors import RequestError
@@ -62,6 +62,8 @@ class Engine:
         # tensor-parallel ranks run without autocast; self.precision: what the forward computes in
         requested = False if config.tensor_parallel_size > 1 else config.autocast
         autocast, self.precision = resolve_precision(requested, device, dtype, hidden_size=cfg.hidden_size)
+        # self.matmuls: which kernel runs the float32 matmuls, and why
+        onednn_linear, self.matmuls = resolve_cpu_linear(device, dtype, autocast, config.tensor_parallel_size)
         try:
             self.tokenizer = load_tokenizer(config.model)
         except FileNotFoundError:
@@ -73,8 +75,8 @@ class Engine:
             self.max_model_len, 4 * self.window_size + 2)
         bytes_per_block = ModelRunner.kv_bytes_per_block(self.model, config.kv_block_size)
         num_blocks = resolve_num_blocks(config, self.max_model_len, bytes_per_block, device)
-        self.runner = make_engine_runner(self.model, num_blocks, config, device, dtype, autocast)
-        log.info("engine: %s on %s, %s forward (enforce_eager=%s)", self.precision, device,
+        self.runner = make_engine_runner(self.model, num_blocks, config, device, dtype, autocast, onednn_linear)
+        log.info("engine: %s, %s on %s, %s forward (enforce_eager=%s)", self.precision, self.matmuls, device,
                  "eager" if config.enforce_eager else "compiled", config.enforce_eager)
         self.runner.mask_token_id = self.mask_token_id  # the one [MASK] id, banned from every output
         self.block_manager = BlockManager(num_blocks, config.kv_block_size, config.enable_prefix_caching)

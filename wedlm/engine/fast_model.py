@@ -19,6 +19,10 @@ weight: torch.autocast otherwise casts each fp32 weight to bf16 in every forward
 (its cast cache lives for one autocast region), which made a one-slot forward
 1.4-2.1x slower than fp32 on an AMX CPU (docs/engine.md). Same rounding, so the
 same logits.
+On a CPU whose BLAS runs float32 matrix products slowly (`hardware.cpu_linear_backend`: MKL on
+an AMD Zen 4 core ran [32, 192] x [192, 1024] at half oneDNN's speed), `use_onednn_linear` routes
+the float32 matmuls of at least `ONEDNN_MIN_ROWS` rows through oneDNN (same float32 arithmetic,
+another kernel; logits equal to within float32 summation order).
 `tests/engine/test_fast_model.py` checks that logits match the reference.
 """
 
@@ -30,6 +34,57 @@ from torch import nn
 
 from ..model.layers import RMSNorm, SwiGLU, apply_rope
 from ..model.qwen import Attention, QwenForCausalLM
+
+
+# Float32 matmuls with at least this many input rows go through oneDNN under `use_onednn_linear`;
+# fewer rows stay with F.linear (BLAS's matrix-vector kernels were faster there: on a Zen 4 core,
+# [1, 192] x [192, 1024] 12.5 us by MKL against 21-24 us by oneDNN, about even at 8 rows, 1.6x
+# and 1.7x faster by oneDNN at 17 and 32 rows; docs/engine.md, "oneDNN matmuls").
+ONEDNN_MIN_ROWS = 16
+
+
+def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`F.linear(x, weight, bias)` by oneDNN for float32 inputs of at least ONEDNN_MIN_ROWS rows.
+
+    Args:
+        x: [..., in_features]; rows = every leading index together.
+        weight: [out_features, in_features], contiguous; bias: [out_features] or None.
+
+    Returns:
+        [..., out_features] in x's dtype. Other dtypes (a bf16 input under autocast) and fewer
+        rows go to F.linear unchanged; inside `torch.compile` every input of more than one row
+        goes to oneDNN (no guard on the row count).
+    """
+    if x.dtype != torch.float32:
+        return F.linear(x, weight, bias)
+    if torch.compiler.is_compiling():
+        # In a graph the row count is symbolic: a test against ONEDNN_MIN_ROWS would be a guard
+        # and split every graph in two (buckets.py keeps them to four). A symbolic size is never
+        # 1 (torch specialises 1), so only the one-row graphs keep F.linear, at no guard.
+        if x.numel() == x.shape[-1]:
+            return F.linear(x, weight, bias)
+        # an opaque call: inductor's own lowering of the op asserts on unpacked, dynamic weights
+        return _onednn_linear_op(x, weight, bias)
+    if x.numel() < ONEDNN_MIN_ROWS * x.shape[-1]:
+        return F.linear(x, weight, bias)
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+@torch.library.custom_op("wedlm::onednn_linear", mutates_args=())
+def _onednn_linear_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+@_onednn_linear_op.register_fake
+def _(x, weight, bias):
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+class OneDNNLinear(nn.Linear):
+    """nn.Linear whose matmul is `onednn_linear`."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return onednn_linear(x, self.weight, self.bias)
 
 
 class FusedRMSNorm(RMSNorm):
@@ -47,7 +102,9 @@ class FusedRMSNorm(RMSNorm):
 
 
 class FusedQKVAttention(Attention):
-    """Attention with one [q; k; v] projection matmul."""
+    """Attention with one [q; k; v] projection matmul (`linear`: F.linear or `onednn_linear`)."""
+
+    linear = staticmethod(F.linear)
 
     def fuse(self) -> None:
         weights = [self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]
@@ -64,7 +121,7 @@ class FusedQKVAttention(Attention):
 
     def forward(self, x, cos, sin, attn):
         lead = x.shape[:-1]
-        q, k, v = F.linear(x, self.qkv_weight, self.qkv_bias).split(self.split_sizes, dim=-1)
+        q, k, v = self.linear(x, self.qkv_weight, self.qkv_bias).split(self.split_sizes, dim=-1)
         q = q.view(*lead, self.num_heads, self.head_dim)
         k = k.view(*lead, self.num_kv_heads, self.head_dim)
         v = v.view(*lead, self.num_kv_heads, self.head_dim)
@@ -76,7 +133,9 @@ class FusedQKVAttention(Attention):
 
 
 class FusedSwiGLU(SwiGLU):
-    """SwiGLU with one [gate; up] projection matmul."""
+    """SwiGLU with one [gate; up] projection matmul (`linear`: F.linear or `onednn_linear`)."""
+
+    linear = staticmethod(F.linear)
 
     def fuse(self) -> None:
         weights = [self.gate_proj.weight, self.up_proj.weight]
@@ -85,7 +144,7 @@ class FusedSwiGLU(SwiGLU):
             lin.weight = view
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = F.linear(x, self.gate_up_weight).chunk(2, dim=-1)
+        gate, up = self.linear(x, self.gate_up_weight).chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 
 
@@ -119,6 +178,29 @@ def precast_for_autocast(model: QwenForCausalLM, dtype: torch.dtype) -> QwenForC
             module.weight16 = module.weight.detach().to(dtype)
             module.bias16 = None if module.bias is None else module.bias.detach().to(dtype)
             module.__class__ = PrecastLinear
+    return model
+
+
+def use_onednn_linear(model: QwenForCausalLM) -> QwenForCausalLM:
+    """Route the float32 matmuls of an `optimize_for_inference`d CPU model through `onednn_linear`.
+
+    In place: the fused q/k/v and gate/up matmuls, every other nn.Linear (o_proj, down_proj,
+    lm_head). Parameters and state dict unchanged. Idempotent; a no-op for weights that are not
+    float32 or not on the CPU (and for `precast_for_autocast`ed models, whose matmuls run in bf16).
+
+    Raises:
+        RuntimeError: this torch build has no oneDNN (`torch.backends.mkldnn.is_available()`).
+    """
+    if model.dtype != torch.float32 or model.device.type != "cpu":
+        return model
+    if not torch.backends.mkldnn.is_available():
+        raise RuntimeError("use_onednn_linear needs a torch build with oneDNN (torch.backends.mkldnn)")
+    fused_parts = {id(lin) for module in model.modules() for lin in _fused_projections(module)}
+    for module in model.modules():
+        if isinstance(module, (FusedQKVAttention, FusedSwiGLU)):
+            module.linear = onednn_linear
+        elif type(module) is nn.Linear and id(module) not in fused_parts:
+            module.__class__ = OneDNNLinear
     return model
 
 

@@ -24,7 +24,7 @@ import torch
 from ..model import KVCache, PagedAttention, Padding, QwenForCausalLM, SequenceSlice
 from .buckets import StepShape
 from .compiled import CompiledForward, forward_logits
-from .fast_model import optimize_for_inference, precast_for_autocast
+from .fast_model import optimize_for_inference, precast_for_autocast, use_onednn_linear
 from .sampling import RowScores, SoftmaxRows
 
 
@@ -89,14 +89,19 @@ class ModelRunner:
             bf16 matrix units); None = the weights' dtype.
         sharded: `model` is one tensor-parallel rank's shard (`parallel/`); its compiled
             forward then holds the collectives.
+        onednn_linear: float32 matmuls of at least `fast_model.ONEDNN_MIN_ROWS` rows by oneDNN
+            (`fast_model.use_onednn_linear`; with `fast_path` only).
     """
 
     def __init__(self, model: QwenForCausalLM, num_blocks: int, block_size: int, fast_path: bool = True,
-                 enforce_eager: bool = True, autocast: torch.dtype | None = None, sharded: bool = False) -> None:
+                 enforce_eager: bool = True, autocast: torch.dtype | None = None, sharded: bool = False,
+                 onednn_linear: bool = False) -> None:
         cfg = model.config
         self.model = optimize_for_inference(model) if fast_path else model
         if fast_path and autocast is not None:  # no per-forward weight casts (fast_model.py)
             precast_for_autocast(self.model, autocast)
+        if fast_path and onednn_linear and autocast is None:
+            use_onednn_linear(self.model)
         self.device = model.device
         # [MASK] is an input symbol, never an output: its logit column is -inf in every row
         # returned, for every decoder and the AR head. The engine sets its one [MASK] id here.

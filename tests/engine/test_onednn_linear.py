@@ -1,0 +1,130 @@
+"""Float32 matmuls by oneDNN (`fast_model.use_onednn_linear`): chosen from the CPU, the same
+arithmetic as F.linear up to float32 summation order, the same greedy tokens in the engine."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from wedlm import LLM, SamplingParams
+from wedlm.engine.config import resolve_cpu_linear
+from wedlm.engine.fast_model import (ONEDNN_MIN_ROWS, OneDNNLinear, onednn_linear, optimize_for_inference,
+                                     use_onednn_linear)
+from wedlm.hardware import cpu_prefers_onednn_linear, cpu_vendor
+from wedlm.model import DenseAttention, load_model
+
+CPU = torch.device("cpu")
+
+
+@pytest.mark.parametrize("vendor,flags,expected", [
+    ("AuthenticAMD", {"avx2", "avx512f", "avx512_bf16"}, True),
+    ("AuthenticAMD", {"avx2"}, False),
+    ("GenuineIntel", {"avx2", "avx512f", "amx_bf16"}, False),
+    ("", set(), False),
+])
+def test_the_cpu_rule(vendor, flags, expected):
+    assert cpu_prefers_onednn_linear(vendor, flags)[0] is expected
+
+
+def test_vendor_is_read_from_cpuinfo():
+    assert cpu_vendor("processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t: fpu\n") == "AuthenticAMD"
+    assert cpu_vendor("processor\t: 0\n") == ""
+
+
+def test_the_environment_overrides_the_rule(monkeypatch):
+    monkeypatch.setenv("WEDLM_CPU_LINEAR", "onednn")
+    assert cpu_prefers_onednn_linear() == (True, "WEDLM_CPU_LINEAR=onednn")
+    assert resolve_cpu_linear(CPU, "float32", None) == (True, "oneDNN float32 matmuls (WEDLM_CPU_LINEAR=onednn)")
+    # never for other devices, dtypes, autocast or tensor-parallel ranks
+    assert not resolve_cpu_linear(torch.device("cuda"), "float32", None)[0]
+    assert not resolve_cpu_linear(CPU, "bfloat16", None)[0]
+    assert not resolve_cpu_linear(CPU, "float32", torch.bfloat16)[0]
+    assert not resolve_cpu_linear(CPU, "float32", None, tensor_parallel_size=2)[0]
+    monkeypatch.setenv("WEDLM_CPU_LINEAR", "blas")
+    assert resolve_cpu_linear(CPU, "float32", None) == (False, "BLAS float32 matmuls (WEDLM_CPU_LINEAR=blas)")
+    monkeypatch.setenv("WEDLM_CPU_LINEAR", "mkl")
+    with pytest.raises(ValueError, match="WEDLM_CPU_LINEAR must be 'onednn' or 'blas', got 'mkl'"):
+        cpu_prefers_onednn_linear()
+
+
+def _ops(fn) -> set[str]:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    return {e.name for e in prof.events()}
+
+
+@pytest.mark.parametrize("rows", [1, ONEDNN_MIN_ROWS - 1, ONEDNN_MIN_ROWS, 40])
+def test_onednn_linear_equals_f_linear(rows):
+    gen = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, 3, 96, generator=gen)  # 3 * rows rows in all
+    w, b = torch.randn(160, 96, generator=gen), torch.randn(160, generator=gen)
+    want = F.linear(x, w, b)
+    got = onednn_linear(x, w, b)
+    assert got.shape == (rows, 3, 160)
+    assert (got - want).abs().max().item() <= 1e-5 * want.abs().max().item()
+    ops = _ops(lambda: onednn_linear(x, w, b))
+    assert ("mkldnn::_linear_pointwise" in ops) is (3 * rows >= ONEDNN_MIN_ROWS)
+
+
+def test_below_the_row_count_and_in_bf16_it_is_f_linear():
+    x, w = torch.randn(ONEDNN_MIN_ROWS - 1, 64), torch.randn(32, 64)
+    assert torch.equal(onednn_linear(x, w), F.linear(x, w))
+    xb, wb = torch.randn(64, 64).bfloat16(), torch.randn(32, 64).bfloat16()
+    assert torch.equal(onednn_linear(xb, wb), F.linear(xb, wb))
+    assert "mkldnn::_linear_pointwise" not in _ops(lambda: onednn_linear(xb, wb))
+
+
+def test_model_matmuls_go_through_onednn_with_the_same_logits(ckpt_factory):
+    path = ckpt_factory("fast_qwen2", family="qwen2", seed=5)  # q/k/v biases: the fused bias too
+    ref = optimize_for_inference(load_model(path))
+    fast = use_onednn_linear(optimize_for_inference(load_model(path)))
+    assert isinstance(fast.lm_head, OneDNNLinear) and isinstance(fast.model.layers[0].self_attn.o_proj, OneDNNLinear)
+    assert fast.model.layers[0].self_attn.linear is onednn_linear and fast.model.layers[0].mlp.linear is onednn_linear
+    assert fast.state_dict().keys() == ref.state_dict().keys()
+    ids = torch.randint(0, 250, (1, 19), generator=torch.Generator().manual_seed(0))
+    pos = torch.arange(19).expand(1, 19)
+    with torch.no_grad():
+        a, b = ref(ids, pos, DenseAttention()), fast(ids, pos, DenseAttention())
+        # 8 fused/plain matmuls per layer pair + lm_head: every one by oneDNN at 19 rows
+        ops = _ops(lambda: fast(ids, pos, DenseAttention()))
+    assert (a - b).abs().max().item() < 1e-5
+    assert "mkldnn::_linear_pointwise" in ops
+    assert use_onednn_linear(load_model(path, dtype="bfloat16")).lm_head.__class__ is torch.nn.Linear
+
+
+def _mixed_batch(llm):
+    prompts = [list(range(5, 5 + n)) for n in (3, 20, 9, 33)]
+    out = []
+    for decoding in ("ar", "wedlm", "blockwise", "verified"):
+        params = SamplingParams(temperature=0.0, max_tokens=24, decoding=decoding, ignore_eos=True,
+                                wedlm_entropy_threshold=5.0)
+        out.append([o["token_ids"] for o in llm.generate(prompts, params)])
+    return out
+
+
+def test_engine_tokens_equal_blas(tiny_path, monkeypatch):
+    """Every decoder's greedy tokens in one mixed batch (prefills of 3-33 tokens, windows of 16):
+    the same with BLAS and with oneDNN matmuls."""
+    monkeypatch.setenv("WEDLM_CPU_LINEAR", "blas")
+    blas = LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=16, device="cpu")
+    monkeypatch.setenv("WEDLM_CPU_LINEAR", "onednn")
+    onednn = LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=16, device="cpu")
+    assert blas.engine.matmuls.startswith("BLAS") and onednn.engine.matmuls.startswith("oneDNN")
+    assert isinstance(onednn.engine.runner.model.lm_head, OneDNNLinear)
+    assert _mixed_batch(onednn) == _mixed_batch(blas)
+
+
+def test_compiled_onednn_equals_eager(tiny_path, monkeypatch):
+    """Under torch.compile the oneDNN matmul is an opaque custom op (`wedlm::onednn_linear`):
+    the compiled engine gives the eager engine's tokens."""
+    monkeypatch.setenv("WEDLM_CPU_LINEAR", "onednn")
+    eager = LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=16, device="cpu")
+    compiled = LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=16, device="cpu", enforce_eager=False)
+    prompts = [list(range(5, 25)), list(range(7, 12))]
+    for decoding in ("ar", "wedlm"):
+        params = SamplingParams(temperature=0.0, max_tokens=20, decoding=decoding, ignore_eos=True,
+                                wedlm_entropy_threshold=5.0)
+        want = [o["token_ids"] for o in eager.generate(prompts, params)]
+        got = []
+        ops = _ops(lambda: got.extend(o["token_ids"] for o in compiled.generate(prompts, params)))
+        assert got == want
+        assert "wedlm::onednn_linear" in ops
