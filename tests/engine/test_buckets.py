@@ -19,5 +19,8 @@ def test_bucket_values():
 def test_step_shape():
     shape = StepShape.of(tokens=17, batch=1, queries=17, keys=530, rows=0)
     assert shape == StepShape(tokens=24, batch=1, queries=24, keys=576, rows=2)
-    assert StepShape.of(tokens=1, batch=1, queries=1, keys=1, rows=1) == StepShape(2, 1, 1, 64, 2)
+    # batch 1, one query: one token and one row (the graph is specialised to batch and query 1 anyway)
+    assert StepShape.of(tokens=1, batch=1, queries=1, keys=1, rows=1) == StepShape(1, 1, 1, 64, 1)
+    assert StepShape.of(tokens=1, batch=1, queries=1, keys=600, rows=0) == StepShape(1, 1, 1, 640, 1)
+    assert StepShape.of(tokens=2, batch=2, queries=1, keys=1, rows=2) == StepShape(2, 2, 1, 64, 2)
     assert StepShape.of(tokens=3, batch=3, queries=1, keys=70, rows=3) == StepShape(4, 4, 1, 128, 4)

@@ -23,6 +23,11 @@ def generate(llm, max_tokens):
 
 @pytest.fixture(scope="module")
 def compiled_llm(tiny_path):
+    import torch
+
+    # graphs compiled earlier in this process for the same model and shapes would be reused,
+    # and the graph count below would read 0
+    torch._dynamo.reset()
     return LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=4, device="cpu", enforce_eager=False)
 
 

@@ -78,7 +78,7 @@ def test_model_matmuls_go_through_onednn_with_the_same_logits(ckpt_factory):
     ref = optimize_for_inference(load_model(path))
     fast = use_onednn_linear(optimize_for_inference(load_model(path)))
     assert isinstance(fast.lm_head, OneDNNLinear) and isinstance(fast.model.layers[0].self_attn.o_proj, OneDNNLinear)
-    assert fast.model.layers[0].self_attn.linear is onednn_linear and fast.model.layers[0].mlp.linear is onednn_linear
+    assert fast.model.layers[0].self_attn.onednn and fast.model.layers[0].mlp.onednn
     assert fast.state_dict().keys() == ref.state_dict().keys()
     ids = torch.randint(0, 250, (1, 19), generator=torch.Generator().manual_seed(0))
     pos = torch.arange(19).expand(1, 19)
@@ -128,3 +128,11 @@ def test_compiled_onednn_equals_eager(tiny_path, monkeypatch):
         ops = _ops(lambda: got.extend(o["token_ids"] for o in compiled.generate(prompts, params)))
         assert got == want
         assert "wedlm::onednn_linear" in ops
+    # `ar` at batch 1 runs the one-query graph of one token and one logit row: BLAS
+    compiled.add_request(list(range(5, 25)), SamplingParams(temperature=0.0, max_tokens=6, decoding="ar",
+                                                            ignore_eos=True))
+    compiled.step()  # the prefill: a multi-query graph
+    ops = _ops(lambda: [compiled.step() for _ in range(3)])
+    assert "wedlm::onednn_linear" not in ops
+    while compiled.has_unfinished():
+        compiled.step()

@@ -49,12 +49,14 @@ def run(model, cache, seqs, ids, pos, pad=None):
 
 
 # (sequences, positions of their fed tokens, padded sizes): a mixed batch; one sequence with
-# one query (a batch-1 AR step: batch and queries keep a bucket of 1, tokens are padded to 2);
-# three one-query sequences padded to four (a batched AR step).
+# one query (a batch-1 AR step: one token, keys padded to the bucket); the same with its tokens
+# padded to 2 (a padded token beside one real query); three one-query sequences padded to four
+# (a batched AR step).
 PADDING_CASES = {
     "mixed": ([SequenceSlice([3, 1, 6], 5, 4), SequenceSlice([0, 2], 0, 7)], [5, 6, 7, 8] + list(range(7)),
               Padding(tokens=16, batch=4, queries=8, keys=64, pad_slot=8 * BS)),
-    "batch1_one_query": ([SequenceSlice([3, 1, 6], 5, 1)], [5], Padding(2, 1, 1, 64, 8 * BS)),
+    "batch1_one_query": ([SequenceSlice([3, 1, 6], 5, 1)], [5], Padding(1, 1, 1, 64, 8 * BS)),
+    "batch1_one_query_two_tokens": ([SequenceSlice([3, 1, 6], 5, 1)], [5], Padding(2, 1, 1, 64, 8 * BS)),
     "batch3_one_query": ([SequenceSlice([3, 1], 5, 1), SequenceSlice([0], 2, 1), SequenceSlice([6, 7], 7, 1)],
                          [5, 2, 7], Padding(4, 4, 1, 64, 8 * BS)),
 }

@@ -60,5 +60,13 @@ class StepShape:
     def of(cls, tokens: int, batch: int, queries: int, keys: int, rows: int) -> "StepShape":
         """Bucket the real sizes (`rows` may be 0: a prefill chunk still gets a bucket of rows).
         Batch and queries keep a bucket of 1, so a run compiles at most four graphs: batch 1 or
-        more, one query per sequence or more."""
-        return cls(bucket(tokens), bucket(batch, 1), bucket(queries, 1), key_bucket(keys), bucket(max(rows, 1)))
+        more, one query per sequence or more. The batch-1, one-query step (`ar` at batch 1) is
+        one token with at most one logit row, and its graph is specialised to batch 1 and query 1
+        anyway, so its tokens and rows stay 1 at no extra graph: a one-row matmul runs BLAS's
+        matrix-vector kernel, which a padded second row turns into a slower matrix-matrix one
+        (compiled one-slot forward over 512 cached tokens, random 29M / 158M shapes, fp32:
+        15.3 / 70.7 ms padded against 10.5 / 42.1 ms eager; docs/engine.md, "oneDNN matmuls")."""
+        b, q = bucket(batch, 1), bucket(queries, 1)
+        if b == 1 and q == 1:
+            return cls(1, 1, 1, key_bucket(keys), 1)
+        return cls(bucket(tokens), b, q, key_bucket(keys), bucket(max(rows, 1)))

@@ -52,15 +52,15 @@ def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 
     Returns:
         [..., out_features] in x's dtype. Other dtypes (a bf16 input under autocast) and fewer
-        rows go to F.linear unchanged; inside `torch.compile` every input of more than one row
-        goes to oneDNN (no guard on the row count).
+        rows go to F.linear unchanged. Inside `torch.compile` the row count is symbolic and a
+        test against ONEDNN_MIN_ROWS would be a guard that splits every graph in two, so there
+        every input of more than one row goes to oneDNN (the batch-1, one-query graph has one
+        token and one logit row: `buckets.StepShape.of`).
     """
     if x.dtype != torch.float32:
         return F.linear(x, weight, bias)
     if torch.compiler.is_compiling():
-        # In a graph the row count is symbolic: a test against ONEDNN_MIN_ROWS would be a guard
-        # and split every graph in two (buckets.py keeps them to four). A symbolic size is never
-        # 1 (torch specialises 1), so only the one-row graphs keep F.linear, at no guard.
+        # a symbolic size is never 1 (torch specialises 1): this test adds no guard
         if x.numel() == x.shape[-1]:
             return F.linear(x, weight, bias)
         # an opaque call: inductor's own lowering of the op asserts on unpacked, dynamic weights
@@ -78,6 +78,11 @@ def _onednn_linear_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
 @_onednn_linear_op.register_fake
 def _(x, weight, bias):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+def _matmul(onednn: bool, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear, or `onednn_linear` once `use_onednn_linear` set the module's `onednn`."""
+    return onednn_linear(x, weight, bias) if onednn else F.linear(x, weight, bias)
 
 
 class OneDNNLinear(nn.Linear):
@@ -102,9 +107,9 @@ class FusedRMSNorm(RMSNorm):
 
 
 class FusedQKVAttention(Attention):
-    """Attention with one [q; k; v] projection matmul (`linear`: F.linear or `onednn_linear`)."""
+    """Attention with one [q; k; v] projection matmul (by oneDNN once `onednn` is set)."""
 
-    linear = staticmethod(F.linear)
+    onednn = False
 
     def fuse(self) -> None:
         weights = [self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]
@@ -121,7 +126,7 @@ class FusedQKVAttention(Attention):
 
     def forward(self, x, cos, sin, attn):
         lead = x.shape[:-1]
-        q, k, v = self.linear(x, self.qkv_weight, self.qkv_bias).split(self.split_sizes, dim=-1)
+        q, k, v = _matmul(self.onednn, x, self.qkv_weight, self.qkv_bias).split(self.split_sizes, dim=-1)
         q = q.view(*lead, self.num_heads, self.head_dim)
         k = k.view(*lead, self.num_kv_heads, self.head_dim)
         v = v.view(*lead, self.num_kv_heads, self.head_dim)
@@ -133,9 +138,9 @@ class FusedQKVAttention(Attention):
 
 
 class FusedSwiGLU(SwiGLU):
-    """SwiGLU with one [gate; up] projection matmul (`linear`: F.linear or `onednn_linear`)."""
+    """SwiGLU with one [gate; up] projection matmul (by oneDNN once `onednn` is set)."""
 
-    linear = staticmethod(F.linear)
+    onednn = False
 
     def fuse(self) -> None:
         weights = [self.gate_proj.weight, self.up_proj.weight]
@@ -144,7 +149,7 @@ class FusedSwiGLU(SwiGLU):
             lin.weight = view
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.linear(x, self.gate_up_weight).chunk(2, dim=-1)
+        gate, up = _matmul(self.onednn, x, self.gate_up_weight).chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 
 
@@ -185,8 +190,8 @@ def use_onednn_linear(model: QwenForCausalLM) -> QwenForCausalLM:
     """Route the float32 matmuls of an `optimize_for_inference`d CPU model through `onednn_linear`.
 
     In place: the fused q/k/v and gate/up matmuls, every other nn.Linear (o_proj, down_proj,
-    lm_head). Parameters and state dict unchanged. Idempotent; a no-op for weights that are not
-    float32 or not on the CPU (and for `precast_for_autocast`ed models, whose matmuls run in bf16).
+    lm_head). Parameters and state dict unchanged. Idempotent; a no-op for weights that are not float32 or not on the CPU (and
+    for `precast_for_autocast`ed models, whose matmuls run in bf16).
 
     Raises:
         RuntimeError: this torch build has no oneDNN (`torch.backends.mkldnn.is_available()`).
@@ -198,7 +203,7 @@ def use_onednn_linear(model: QwenForCausalLM) -> QwenForCausalLM:
     fused_parts = {id(lin) for module in model.modules() for lin in _fused_projections(module)}
     for module in model.modules():
         if isinstance(module, (FusedQKVAttention, FusedSwiGLU)):
-            module.linear = onednn_linear
+            module.onednn = True
         elif type(module) is nn.Linear and id(module) not in fused_parts:
             module.__class__ = OneDNNLinear
     return model
