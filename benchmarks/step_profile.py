@@ -52,7 +52,9 @@ def profile(model: str, batch: int, max_tokens: int, decoding: str, compiled: bo
               **extra)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, decoding=decoding, ignore_eos=True)
     prompts = [[(7 * i + 3 * j) % 200 + 10 for j in range(24)] for i in range(batch)]
-    llm.generate(prompts[:1], SamplingParams(temperature=0.0, max_tokens=8, decoding=decoding))  # warm-up
+    warm = SamplingParams(temperature=0.0, max_tokens=8, decoding=decoding)
+    for group in ([prompts[0]], prompts):  # warm-up (compiled: every graph the timed runs use)
+        llm.generate(group, warm)
     for p in prompts:  # once without the profiler: the honest wall time of a step
         llm.add_request(p, params)
     steps, start = 0, time.perf_counter()
