@@ -8,6 +8,8 @@
 #        transformers generate side by side) per forward path
 #   OUT/step_profile.txt                                 where a step's time goes: BEFORE (an older
 #        commit, exported with git archive), this tree, this tree compiled; batch 1 and 8
+#   OUT/cpu_matmul.md                                    float32 matmuls of the shipped model's
+#        shapes, BLAS against oneDNN (what the engine's automatic matmul kernel was chosen from)
 #   OUT/times.txt                                        wall clock of each part
 #   OUT/speed_tables.md                                  engine vs transformers per task and
 #        batch, eager and compiled (benchmarks/speed_tables.py)
@@ -29,6 +31,7 @@ part() {  # part NAME COMMAND...: run and log its wall clock
   echo "$name $(( $(date +%s) - t0 )) s" >> "$OUT/times.txt"
 }
 
+part cpu-matmul sh -c "$PY benchmarks/cpu_matmul.py > '$OUT/cpu_matmul.md'"
 part slot-cost $PY -m wedlm.cli.main bench --slot-cost --threads 1 --repeats "$REPEATS" --out-dir "$OUT"
 for mode in eager compiled; do
   flag=--enforce-eager; [ $mode = compiled ] && flag=--no-enforce-eager

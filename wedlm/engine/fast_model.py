@@ -19,9 +19,9 @@ weight: torch.autocast otherwise casts each fp32 weight to bf16 in every forward
 (its cast cache lives for one autocast region), which made a one-slot forward
 1.4-2.1x slower than fp32 on an AMX CPU (docs/engine.md). Same rounding, so the
 same logits.
-On a CPU whose BLAS runs float32 matrix products slowly (`hardware.cpu_linear_backend`: MKL on
-an AMD Zen 4 core ran [32, 192] x [192, 1024] at half oneDNN's speed), `use_onednn_linear` routes
-the float32 matmuls of at least `ONEDNN_MIN_ROWS` rows through oneDNN (same float32 arithmetic,
+On a CPU whose BLAS runs float32 matrix products slowly (`hardware.cpu_prefers_onednn_linear`:
+MKL on an AMD Zen 4 core ran [32, 192] x [192, 1024] at half oneDNN's speed), `use_onednn_linear`
+routes the float32 matmuls of at least `ONEDNN_MIN_ROWS` rows through oneDNN (same float32 arithmetic,
 another kernel; logits equal to within float32 summation order).
 `tests/engine/test_fast_model.py` checks that logits match the reference.
 """
@@ -190,8 +190,8 @@ def use_onednn_linear(model: QwenForCausalLM) -> QwenForCausalLM:
     """Route the float32 matmuls of an `optimize_for_inference`d CPU model through `onednn_linear`.
 
     In place: the fused q/k/v and gate/up matmuls, every other nn.Linear (o_proj, down_proj,
-    lm_head). Parameters and state dict unchanged. Idempotent; a no-op for weights that are not float32 or not on the CPU (and
-    for `precast_for_autocast`ed models, whose matmuls run in bf16).
+    lm_head). Parameters and state dict unchanged. Idempotent; a no-op for weights that are not
+    float32 or not on the CPU (and for `precast_for_autocast`ed models, whose matmuls run in bf16).
 
     Raises:
         RuntimeError: this torch build has no oneDNN (`torch.backends.mkldnn.is_available()`).
