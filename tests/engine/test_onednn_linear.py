@@ -136,3 +136,19 @@ def test_compiled_onednn_equals_eager(tiny_path, monkeypatch):
     assert "wedlm::onednn_linear" not in ops
     while compiled.has_unfinished():
         compiled.step()
+
+
+def test_eager_inputs_are_padded_to_a_shape_bucket():
+    """oneDNN keeps a primitive per input shape (resident memory grew without bound over a
+    running engine's row counts): 17..24 rows all reach it as 24 rows, and no real row changes."""
+    gen = torch.Generator().manual_seed(3)
+    w = torch.randn(64, 32, generator=gen)
+    seen = set()
+    for rows in range(17, 25):
+        x = torch.randn(rows, 32, generator=gen)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+            got = onednn_linear(x, w)
+        want = F.linear(x, w)
+        assert got.shape == (rows, 64) and (got - want).abs().max().item() <= 1e-5 * want.abs().max().item()
+        seen |= {tuple(e.input_shapes[0]) for e in prof.events() if e.name == "mkldnn::_linear_pointwise"}
+    assert seen == {(24, 32)}
