@@ -15,41 +15,34 @@ from pathlib import Path
 BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 
 
-def cpu_model() -> str:
-    """CPU model name from /proc/cpuinfo (Linux) or `platform.processor()`."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def cpu_vendor(cpuinfo: str | None = None) -> str:
-    """The `vendor_id` of the first processor in /proc/cpuinfo ("GenuineIntel", "AuthenticAMD"; "" where none)."""
+def _cpuinfo_field(key: str, cpuinfo: str | None = None) -> str | None:
+    """The value of the first `key` line of /proc/cpuinfo (or of `cpuinfo`); None where there is none."""
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text()
         except OSError:
-            return ""
+            return None
     for line in cpuinfo.splitlines():
-        if line.startswith("vendor_id"):
+        if line.startswith(key):
             return line.split(":", 1)[1].strip()
-    return ""
+    return None
+
+
+def cpu_model() -> str:
+    """CPU model name from /proc/cpuinfo (Linux) or `platform.processor()`."""
+    name = _cpuinfo_field("model name")
+    return name if name is not None else platform.processor() or platform.machine()
+
+
+def cpu_vendor(cpuinfo: str | None = None) -> str:
+    """The `vendor_id` of the first processor in /proc/cpuinfo ("GenuineIntel", "AuthenticAMD"; "" where
+    none)."""
+    return _cpuinfo_field("vendor_id", cpuinfo) or ""
 
 
 def cpu_flags(cpuinfo: str | None = None) -> set[str]:
     """The `flags` of the first processor in /proc/cpuinfo (empty set where there is none)."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return set()
-    for line in cpuinfo.splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
+    return set((_cpuinfo_field("flags", cpuinfo) or "").split())
 
 
 def cpu_has_bf16_units(flags: set[str] | None = None) -> bool:

@@ -137,6 +137,9 @@ def resolve_cpu_linear(device: torch.device, dtype: str, autocast: torch.dtype |
 
     Only for float32 weights without autocast on a CPU, in one process (tensor-parallel ranks
     keep BLAS), where `hardware.cpu_prefers_onednn_linear` says BLAS is the slower kernel.
+
+    Raises:
+        ValueError: WEDLM_CPU_LINEAR set to anything but "onednn" or "blas".
     """
     if device.type != "cpu" or dtype != "float32" or autocast is not None or tensor_parallel_size > 1:
         return False, "BLAS matmuls"

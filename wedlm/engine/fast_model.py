@@ -21,8 +21,8 @@ weight: torch.autocast otherwise casts each fp32 weight to bf16 in every forward
 same logits.
 On a CPU whose BLAS runs float32 matrix products slowly (`hardware.cpu_prefers_onednn_linear`:
 MKL on an AMD Zen 4 core ran [32, 192] x [192, 1024] at half oneDNN's speed), `use_onednn_linear`
-routes the float32 matmuls of at least `ONEDNN_MIN_ROWS` rows through oneDNN (same float32 arithmetic,
-another kernel; logits equal to within float32 summation order).
+routes the float32 matmuls of at least `ONEDNN_MIN_ROWS` rows through oneDNN (same float32
+arithmetic, another kernel; logits equal to within float32 summation order).
 `tests/engine/test_fast_model.py` checks that logits match the reference.
 """
 
@@ -33,8 +33,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..model.layers import RMSNorm, SwiGLU, apply_rope
-from .buckets import bucket
 from ..model.qwen import Attention, QwenForCausalLM
+from .buckets import bucket
 
 
 # Float32 matmuls with at least this many input rows go through oneDNN under `use_onednn_linear`;
@@ -54,8 +54,9 @@ def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     Returns:
         [..., out_features] in x's dtype. Other dtypes (a bf16 input under autocast) and fewer
         rows go to F.linear unchanged; eager inputs are padded with zero rows to a shape bucket
-        (`buckets.bucket`) so that oneDNN sees few distinct shapes. Inside `torch.compile` the row count is symbolic and a
-        test against ONEDNN_MIN_ROWS would be a guard that splits every graph in two, so there
+        (`buckets.bucket`) so that oneDNN sees few distinct shapes. Inside `torch.compile` the
+        row count is symbolic and a test against ONEDNN_MIN_ROWS would be a guard that splits
+        every graph in two, so there
         every input of more than one row goes to oneDNN (the batch-1, one-query graph has one
         token and one logit row: `buckets.StepShape.of`).
     """
@@ -73,8 +74,8 @@ def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
         return F.linear(x, weight, bias)
     # Zero rows pad the input to a shape bucket: oneDNN keeps a primitive (and scratch memory)
     # per input shape, and with every row count of a running engine its resident memory grew
-    # without bound (shipped model, 200 rounds of 1-8 prompts of 8-307 tokens: +600 MB and
-    # still growing; bucketed +90 MB, level after ~100 rounds; BLAS +8 MB). Rows are
+    # without bound (shipped model, 200 rounds of 1-8 prompts of 8-307 tokens: +605 MB and
+    # still growing; bucketed +86 MB, 14 MB of it over the last 100 rounds; BLAS +8 MB). Rows are
     # independent in a matmul, so the padding changes no real row's value.
     flat = x.reshape(rows, features)
     padded = bucket(rows)
