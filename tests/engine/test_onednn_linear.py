@@ -7,8 +7,9 @@ import torch.nn.functional as F
 
 from wedlm import LLM, SamplingParams
 from wedlm.engine.config import resolve_cpu_linear
-from wedlm.engine.fast_model import (ONEDNN_MIN_ROWS, OneDNNLinear, onednn_linear, optimize_for_inference,
-                                     use_onednn_linear)
+from wedlm.engine import fast_model
+from wedlm.engine.fast_model import (ONEDNN_MIN_ROWS, PACKED_MIN_ROWS, OneDNNLinear, onednn_linear,
+                                     optimize_for_inference, pack_weight, use_onednn_linear)
 from wedlm.hardware import cpu_prefers_onednn_linear, cpu_vendor
 from wedlm.model import DenseAttention, load_model
 
@@ -73,12 +74,51 @@ def test_below_the_row_count_and_in_bf16_it_is_f_linear():
     assert "mkldnn::_linear_pointwise" not in _ops(lambda: onednn_linear(xb, wb))
 
 
+@pytest.mark.parametrize("rows", [1, PACKED_MIN_ROWS - 1, PACKED_MIN_ROWS, 40])
+def test_a_prepacked_weight_gives_f_linear_from_fewer_rows(rows):
+    gen = torch.Generator().manual_seed(10 + rows)
+    x = torch.randn(rows, 96, generator=gen)
+    w, b = torch.randn(160, 96, generator=gen), torch.randn(160, generator=gen)
+    packed, key = pack_weight(w)
+    assert packed.layout == torch._mkldnn and packed.shape == (160, 96) and key > 0
+    want = F.linear(x, w, b)
+    got = onednn_linear(x, w, b, packed_key=key)
+    assert got.shape == (rows, 160)
+    assert (got - want).abs().max().item() <= 1e-5 * want.abs().max().item()
+    ops = _ops(lambda: onednn_linear(x, w, b, packed_key=key))
+    assert ("mkldnn::_linear_pointwise" in ops) is (rows >= PACKED_MIN_ROWS)
+    if rows < PACKED_MIN_ROWS:
+        assert torch.equal(got, want)
+
+
+def test_a_packed_weight_lives_as_long_as_its_owner():
+    """The registry holds weak references: a dropped packed tensor frees its key, and a call
+    with that key falls back to the unpacked rule (F.linear below ONEDNN_MIN_ROWS rows)."""
+    import gc
+
+    w = torch.randn(32, 64)
+    packed, key = pack_weight(w)
+    assert fast_model._packed(key) is packed
+    del packed
+    gc.collect()
+    assert key not in fast_model._PACKED and fast_model._packed(key) is None
+    x = torch.randn(PACKED_MIN_ROWS, 64)
+    assert "mkldnn::_linear_pointwise" not in _ops(lambda: onednn_linear(x, w, packed_key=key))
+    assert torch.equal(onednn_linear(x, w, packed_key=key), F.linear(x, w))
+
+
 def test_model_matmuls_go_through_onednn_with_the_same_logits(ckpt_factory):
     path = ckpt_factory("fast_qwen2", family="qwen2", seed=5)  # q/k/v biases: the fused bias too
     ref = optimize_for_inference(load_model(path))
     fast = use_onednn_linear(optimize_for_inference(load_model(path)))
     assert isinstance(fast.lm_head, OneDNNLinear) and isinstance(fast.model.layers[0].self_attn.o_proj, OneDNNLinear)
     assert fast.model.layers[0].self_attn.onednn and fast.model.layers[0].mlp.onednn
+    # every matmul weight prepacked once, each under its own key
+    owners = [fast.lm_head] + [m for layer in fast.model.layers
+                               for m in (layer.self_attn, layer.self_attn.o_proj, layer.mlp, layer.mlp.down_proj)]
+    keys = [m.packed_key for m in owners]
+    assert 0 not in keys and len(set(keys)) == len(keys)
+    assert fast_model._packed(fast.lm_head.packed_key) is fast.lm_head.packed_weight
     assert fast.state_dict().keys() == ref.state_dict().keys()
     ids = torch.randint(0, 250, (1, 19), generator=torch.Generator().manual_seed(0))
     pos = torch.arange(19).expand(1, 19)
@@ -134,6 +174,15 @@ def test_compiled_onednn_equals_eager(tiny_path, monkeypatch):
     compiled.step()  # the prefill: a multi-query graph
     ops = _ops(lambda: [compiled.step() for _ in range(3)])
     assert "wedlm::onednn_linear" not in ops
+    while compiled.has_unfinished():
+        compiled.step()
+    # two sequences: a multi-row graph, whose opaque op applies the row rule at run time:
+    # 2 rows (below PACKED_MIN_ROWS) by F.linear, the prefill's rows by oneDNN
+    for p in (list(range(5, 25)), list(range(7, 12))):
+        compiled.add_request(p, SamplingParams(temperature=0.0, max_tokens=6, decoding="ar", ignore_eos=True))
+    assert "mkldnn::_linear_pointwise" in _ops(compiled.step)
+    ops = _ops(lambda: [compiled.step() for _ in range(3)])
+    assert "wedlm::onednn_linear" in ops and "mkldnn::_linear_pointwise" not in ops
     while compiled.has_unfinished():
         compiled.step()
 

@@ -133,7 +133,7 @@ def _autocast_choice(requested, device, dtype, flags, hidden_size) -> tuple[torc
 
 def resolve_cpu_linear(device: torch.device, dtype: str, autocast: torch.dtype | None,
                        tensor_parallel_size: int = 1) -> tuple[bool, str]:
-    """(float32 matmuls of >= `fast_model.ONEDNN_MIN_ROWS` rows by oneDNN, the line for logs).
+    """(float32 matmuls by oneDNN on prepacked weights, `fast_model.use_onednn_linear`; the line for logs).
 
     Only for float32 weights without autocast on a CPU, in one process (tensor-parallel ranks
     keep BLAS), where `hardware.cpu_prefers_onednn_linear` says BLAS is the slower kernel.

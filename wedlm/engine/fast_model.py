@@ -21,12 +21,16 @@ weight: torch.autocast otherwise casts each fp32 weight to bf16 in every forward
 same logits.
 On a CPU whose BLAS runs float32 matrix products slowly (`hardware.cpu_prefers_onednn_linear`:
 MKL on an AMD Zen 4 core ran [32, 192] x [192, 1024] at half oneDNN's speed), `use_onednn_linear`
-routes the float32 matmuls of at least `ONEDNN_MIN_ROWS` rows through oneDNN (same float32
-arithmetic, another kernel; logits equal to within float32 summation order).
+routes the float32 matmuls of at least `PACKED_MIN_ROWS` rows through oneDNN, on weights prepacked
+once in its blocked layout (same float32 arithmetic, another kernel; logits equal to within
+float32 summation order).
 `tests/engine/test_fast_model.py` checks that logits match the reference.
 """
 
 from __future__ import annotations
+
+import itertools
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -40,25 +44,62 @@ from .buckets import bucket
 # Float32 matmuls with at least this many input rows go through oneDNN under `use_onednn_linear`;
 # fewer rows stay with F.linear (BLAS's matrix-vector kernels were faster there: on a Zen 4 core,
 # [1, 192] x [192, 1024] 12.5 us by MKL against 21-24 us by oneDNN, about even at 8 rows, 1.6x
-# and 1.7x faster by oneDNN at 17 and 32 rows; docs/engine.md, "oneDNN matmuls").
+# and 1.7x faster by oneDNN at 17 and 32 rows; docs/engine.md, "oneDNN matmuls"). This is the
+# rule for a weight oneDNN has to read in PyTorch's layout; a prepacked weight (below) wins
+# from `PACKED_MIN_ROWS`.
 ONEDNN_MIN_ROWS = 16
+# With the weight prepacked in oneDNN's blocked layout (`pack_weight`), oneDNN wins from 3 rows:
+# the shipped model's matmuls (8 layers + lm_head, one thread, Zen 4) took 618 us by MKL against
+# 518 packed at 3 rows, 946 against 667 at 8, 1,519 against 901 at 16 (435 against 520 at 2).
+# Packing saves oneDNN's reorder of the weight in every call: at 32 rows the same matmuls took
+# 1,690 us unpacked and 1,422 packed (docs/engine.md, "Prepacked oneDNN weights").
+PACKED_MIN_ROWS = 3
+
+# key -> weak reference to a prepacked weight (`pack_weight`). The module that owns the packed
+# tensor holds the only strong reference, so a dropped engine frees it; the compiled graph sees
+# the key, an int, never the packed tensor (oneDNN's opaque layout has no fake-tensor support).
+_PACKED: dict[int, weakref.ref] = {}
+_PACK_KEYS = itertools.count(1)
 
 
-def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """`F.linear(x, weight, bias)` by oneDNN for float32 inputs of at least ONEDNN_MIN_ROWS rows.
+def pack_weight(weight: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """A copy of `weight` ([out_features, in_features], float32, CPU) in oneDNN's blocked layout.
+
+    Returns:
+        (the packed tensor, its key for `onednn_linear(..., packed_key=key)`). The caller keeps
+        the tensor alive; the key resolves to it while it lives (then to None: the call falls
+        back to `weight`). The copy costs the weight's size in memory and is not updated if
+        `weight` changes afterwards.
+    """
+    packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), 32)
+    key = next(_PACK_KEYS)
+    _PACKED[key] = weakref.ref(packed, lambda _, k=key: _PACKED.pop(k, None))
+    return packed, key
+
+
+def _packed(key: int) -> torch.Tensor | None:
+    ref = _PACKED.get(key) if key else None
+    return None if ref is None else ref()
+
+
+def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                  packed_key: int = 0) -> torch.Tensor:
+    """`F.linear(x, weight, bias)` by oneDNN for float32 inputs of enough rows.
 
     Args:
         x: [..., in_features]; rows = every leading index together.
         weight: [out_features, in_features], contiguous; bias: [out_features] or None.
+        packed_key: `pack_weight(weight)`'s key (0: none): oneDNN then reads the prepacked copy
+            and takes inputs from PACKED_MIN_ROWS rows, else from ONEDNN_MIN_ROWS.
 
     Returns:
         [..., out_features] in x's dtype. Other dtypes (a bf16 input under autocast) and fewer
         rows go to F.linear unchanged; eager inputs are padded with zero rows to a shape bucket
-        (`buckets.bucket`) so that oneDNN sees few distinct shapes. Inside `torch.compile` the
-        row count is symbolic and a test against ONEDNN_MIN_ROWS would be a guard that splits
-        every graph in two, so there
-        every input of more than one row goes to oneDNN (the batch-1, one-query graph has one
-        token and one logit row: `buckets.StepShape.of`).
+        (`buckets.bucket`) so that oneDNN sees few distinct shapes. Inside `torch.compile` every
+        input of more than one row is an opaque custom op that applies the same row rule to the
+        concrete row count at run time (a test in the graph would be a guard that splits graphs);
+        the batch-1, one-query graph has one token and one logit row (`buckets.StepShape.of`)
+        and calls F.linear.
     """
     if x.dtype != torch.float32:
         return F.linear(x, weight, bias)
@@ -67,44 +108,57 @@ def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
         if x.numel() == x.shape[-1]:
             return F.linear(x, weight, bias)
         # an opaque call: inductor's own lowering of the op asserts on unpacked, dynamic weights
-        return _onednn_linear_op(x, weight, bias)
+        return _onednn_linear_op(x, weight, bias, packed_key)
+    return _linear_rows(x, weight, bias, packed_key, pad=True)
+
+
+def _linear_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, packed_key: int,
+                 pad: bool) -> torch.Tensor:
     features = x.shape[-1]
     rows = x.numel() // features
-    if rows < ONEDNN_MIN_ROWS:
+    packed = _packed(packed_key)
+    if rows < (ONEDNN_MIN_ROWS if packed is None else PACKED_MIN_ROWS):
         return F.linear(x, weight, bias)
     # Zero rows pad the input to a shape bucket: oneDNN keeps a primitive (and scratch memory)
     # per input shape, and with every row count of a running engine its resident memory grew
     # without bound (shipped model, 200 rounds of 1-8 prompts of 8-307 tokens: +605 MB and
     # still growing; bucketed +86 MB, 14 MB of it over the last 100 rounds; BLAS +8 MB). Rows are
-    # independent in a matmul, so the padding changes no real row's value.
+    # independent in a matmul, so the padding changes no real row's value. A compiled graph's
+    # inputs are already bucket-padded by the runner.
     flat = x.reshape(rows, features)
-    padded = bucket(rows)
+    padded = bucket(rows) if pad else rows
     if padded != rows:
         flat = torch.cat([flat, flat.new_zeros(padded - rows, features)])
-    out = torch.ops.mkldnn._linear_pointwise(flat, weight, bias, "none", [], "")
+    out = torch.ops.mkldnn._linear_pointwise(flat, weight if packed is None else packed, bias, "none", [], "")
     return out[:rows].view(*x.shape[:-1], weight.shape[0])
 
 
 @torch.library.custom_op("wedlm::onednn_linear", mutates_args=())
-def _onednn_linear_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+def _onednn_linear_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                      packed_key: int) -> torch.Tensor:
+    return _linear_rows(x, weight, bias, packed_key, pad=False)
 
 
 @_onednn_linear_op.register_fake
-def _(x, weight, bias):
+def _(x, weight, bias, packed_key):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
-def _matmul(onednn: bool, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear, or `onednn_linear` once `use_onednn_linear` set the module's `onednn`."""
-    return onednn_linear(x, weight, bias) if onednn else F.linear(x, weight, bias)
+def _matmul(module: nn.Module, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear, or `onednn_linear` (with the module's prepacked weight, `packed_key`) once
+    `use_onednn_linear` set the module's `onednn`."""
+    if module.onednn:
+        return onednn_linear(x, weight, bias, module.packed_key)
+    return F.linear(x, weight, bias)
 
 
 class OneDNNLinear(nn.Linear):
-    """nn.Linear whose matmul is `onednn_linear`."""
+    """nn.Linear whose matmul is `onednn_linear` (on the prepacked weight `packed_key`, if set)."""
+
+    packed_key = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return onednn_linear(x, self.weight, self.bias)
+        return onednn_linear(x, self.weight, self.bias, self.packed_key)
 
 
 class FusedRMSNorm(RMSNorm):
@@ -125,6 +179,7 @@ class FusedQKVAttention(Attention):
     """Attention with one [q; k; v] projection matmul (by oneDNN once `onednn` is set)."""
 
     onednn = False
+    packed_key = 0
 
     def fuse(self) -> None:
         weights = [self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]
@@ -141,7 +196,7 @@ class FusedQKVAttention(Attention):
 
     def forward(self, x, cos, sin, attn):
         lead = x.shape[:-1]
-        q, k, v = _matmul(self.onednn, x, self.qkv_weight, self.qkv_bias).split(self.split_sizes, dim=-1)
+        q, k, v = _matmul(self, x, self.qkv_weight, self.qkv_bias).split(self.split_sizes, dim=-1)
         q = q.view(*lead, self.num_heads, self.head_dim)
         k = k.view(*lead, self.num_kv_heads, self.head_dim)
         v = v.view(*lead, self.num_kv_heads, self.head_dim)
@@ -156,6 +211,7 @@ class FusedSwiGLU(SwiGLU):
     """SwiGLU with one [gate; up] projection matmul (by oneDNN once `onednn` is set)."""
 
     onednn = False
+    packed_key = 0
 
     def fuse(self) -> None:
         weights = [self.gate_proj.weight, self.up_proj.weight]
@@ -164,7 +220,7 @@ class FusedSwiGLU(SwiGLU):
             lin.weight = view
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = _matmul(self.onednn, x, self.gate_up_weight).chunk(2, dim=-1)
+        gate, up = _matmul(self, x, self.gate_up_weight).chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 
 
@@ -201,12 +257,16 @@ def precast_for_autocast(model: QwenForCausalLM, dtype: torch.dtype) -> QwenForC
     return model
 
 
-def use_onednn_linear(model: QwenForCausalLM) -> QwenForCausalLM:
+def use_onednn_linear(model: QwenForCausalLM, prepack: bool = True) -> QwenForCausalLM:
     """Route the float32 matmuls of an `optimize_for_inference`d CPU model through `onednn_linear`.
 
     In place: the fused q/k/v and gate/up matmuls, every other nn.Linear (o_proj, down_proj,
-    lm_head). Parameters and state dict unchanged. Idempotent; a no-op for weights that are not
-    float32 or not on the CPU (and for `precast_for_autocast`ed models, whose matmuls run in bf16).
+    lm_head). With `prepack` each matmul weight also gets a copy in oneDNN's blocked layout
+    (`pack_weight`; memory: one more copy of the matmul weights, 9.6 MB for the shipped model),
+    which makes oneDNN faster and worth it from PACKED_MIN_ROWS rows; the copies are made once,
+    so weights changed afterwards need another call. Parameters and state dict unchanged.
+    Idempotent (a second call packs afresh); a no-op for weights that are not float32 or not on
+    the CPU (and for `precast_for_autocast`ed models, whose matmuls run in bf16).
 
     Raises:
         RuntimeError: this torch build has no oneDNN (`torch.backends.mkldnn.is_available()`).
@@ -217,10 +277,19 @@ def use_onednn_linear(model: QwenForCausalLM) -> QwenForCausalLM:
         raise RuntimeError("use_onednn_linear needs a torch build with oneDNN (torch.backends.mkldnn)")
     fused_parts = {id(lin) for module in model.modules() for lin in _fused_projections(module)}
     for module in model.modules():
-        if isinstance(module, (FusedQKVAttention, FusedSwiGLU)):
+        if isinstance(module, FusedQKVAttention):
             module.onednn = True
-        elif type(module) is nn.Linear and id(module) not in fused_parts:
+            weight = module.qkv_weight
+        elif isinstance(module, FusedSwiGLU):
+            module.onednn = True
+            weight = module.gate_up_weight
+        elif type(module) in (nn.Linear, OneDNNLinear) and id(module) not in fused_parts:
             module.__class__ = OneDNNLinear
+            weight = module.weight
+        else:
+            continue
+        if prepack:
+            module.packed_weight, module.packed_key = pack_weight(weight)
     return model
 
 
