@@ -60,3 +60,26 @@ def test_each_decoder_alone_same_tokens(make_llm, compiled_llm, decoding):
 def test_enforce_eager_must_be_bool(tiny_path):
     with pytest.raises(ValueError, match="enforce_eager must be True or False"):
         LLM(str(tiny_path), device="cpu", enforce_eager="no")
+
+
+def test_plain_weights_are_static_and_settings_are_restored(compiled_llm):
+    """The fused weights (plain tensors, not parameters) are marked static, so their sizes add
+    no shape guards; the compiler settings the compiled forward runs under are the process's
+    own again after every call, including one that raises."""
+    import torch
+    from torch.fx.experimental import _config as fx_config
+
+    from wedlm.engine.compiled import _CompileSettings
+    from wedlm.engine.fast_model import plain_weights
+
+    model = compiled_llm.engine.runner.model
+    weights = plain_weights(model)
+    # 2 per layer (qkv, gate_up; the tiny model has no q/k/v bias)
+    assert len(weights) == 2 * model.config.num_hidden_layers
+    assert all(w._dynamo_static_indices == set(range(w.dim())) for w in weights)
+    before = (fx_config.use_duck_shape, torch._dynamo.config.specialize_float)
+    with pytest.raises(RuntimeError, match="inside"):
+        with _CompileSettings():
+            assert (fx_config.use_duck_shape, torch._dynamo.config.specialize_float) == (False, True)
+            raise RuntimeError("inside")
+    assert (fx_config.use_duck_shape, torch._dynamo.config.specialize_float) == before

@@ -293,6 +293,18 @@ def use_onednn_linear(model: QwenForCausalLM, prepack: bool = True) -> QwenForCa
     return model
 
 
+def plain_weights(model: QwenForCausalLM) -> list[torch.Tensor]:
+    """The matmul weights of an `optimize_for_inference`d model that are plain tensors, not
+    parameters: fused q/k/v (and bias) and gate/up weights, `precast_for_autocast` copies."""
+    found = []
+    for module in model.modules():
+        for name in ("qkv_weight", "qkv_bias", "gate_up_weight", "weight16", "bias16"):
+            t = getattr(module, name, None)
+            if isinstance(t, torch.Tensor) and not isinstance(t, nn.Parameter):
+                found.append(t)
+    return found
+
+
 def _fused_projections(module: nn.Module) -> tuple[nn.Linear, ...]:
     """The q/k/v or gate/up projections whose matmul runs through `module`'s fused weight."""
     if isinstance(module, FusedQKVAttention):

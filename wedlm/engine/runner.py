@@ -24,7 +24,7 @@ import torch
 from ..model import KVCache, PagedAttention, Padding, QwenForCausalLM, SequenceSlice
 from .buckets import StepShape
 from .compiled import CompiledForward, forward_logits
-from .fast_model import optimize_for_inference, precast_for_autocast, use_onednn_linear
+from .fast_model import optimize_for_inference, plain_weights, precast_for_autocast, use_onednn_linear
 from .sampling import RowScores, SoftmaxRows
 
 
@@ -112,7 +112,8 @@ class ModelRunner:
                                 cfg.head_dim, model.dtype, self.device)
         self.pad_slot = num_blocks * block_size
         self.compiled = None if enforce_eager else CompiledForward(self.device, self.kv_cache.k + self.kv_cache.v,
-                                                                   collectives=sharded)
+                                                                   collectives=sharded,
+                                                                   weights=plain_weights(self.model))
 
     @staticmethod
     def kv_bytes_per_block(model: QwenForCausalLM, block_size: int) -> int:
