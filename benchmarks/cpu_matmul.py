@@ -1,15 +1,18 @@
 """Float32 matmuls of a model's shapes on this CPU: BLAS (`F.linear`, MKL in torch's CPU build)
-against oneDNN (`torch.ops.mkldnn._linear_pointwise`, what `wedlm.engine.fast_model.onednn_linear`
-calls), side by side in one process, at several row counts.
+against oneDNN (`torch.ops.mkldnn._linear_pointwise`) on the weight as it is and on the weight
+prepacked in oneDNN's blocked layout (`wedlm.engine.fast_model.pack_weight`, what the engine's
+`onednn_linear` calls), side by side in one process, at several row counts.
 
     python benchmarks/cpu_matmul.py [--model models/wedlm-tiny] [--rows 1,2,8,16,32,544] [--repeats 200]
 
 For each (rows, weight) of the model's matmuls (fused q/k/v, o_proj, fused gate/up, down_proj,
-lm_head) both kernels run alternately, `--repeats` calls each after a warm-up, one torch thread;
-prints the median microseconds per call, the oneDNN speed-up, the largest difference of the
+lm_head) the three run alternately, `--repeats` calls each after a warm-up, one torch thread;
+prints the median microseconds per call, the speed-ups over BLAS, the largest difference of the
 results (float32 summation order) and, per row count, the sum over one layer's matmuls plus
-lm_head. This is what `hardware.cpu_prefers_onednn_linear` and `fast_model.ONEDNN_MIN_ROWS`
-were decided from (docs/engine.md, "oneDNN matmuls").
+lm_head, and over all layers + lm_head by BLAS and by the engine's rule (prepacked oneDNN where
+rows >= 2 and rows x weight size >= `fast_model.PACKED_MIN_MACS`, else BLAS). This is what `hardware.cpu_prefers_onednn_linear`, `fast_model.ONEDNN_MIN_ROWS` and
+`fast_model.PACKED_MIN_MACS` were decided from (docs/engine.md, "oneDNN matmuls" and
+"Prepacked oneDNN weights").
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+from wedlm.engine.fast_model import PACKED_MIN_MACS, pack_weight
 
 
 def shapes(config: dict) -> list[tuple[str, int, int]]:
@@ -56,23 +61,34 @@ def main() -> None:
     config = json.loads((Path(a.model) / "config.json").read_text())
     gen = torch.Generator().manual_seed(0)
     weights = {name: torch.randn(n, k, generator=gen) for name, n, k in shapes(config)}
-    print("| rows | matmul | BLAS us | oneDNN us | speed-up | max abs diff |")
-    print("|---|---|---|---|---|---|")
+    packed = {name: pack_weight(w)[0] for name, w in weights.items()}
+    print("| rows | matmul | BLAS us | oneDNN us | prepacked us | speed-up | prepacked speed-up | max abs diff |")
+    print("|---|---|---|---|---|---|---|---|")
     totals = []
     for rows in (int(r) for r in a.rows.split(",")):
-        blas_sum = dnn_sum = 0.0
+        sums = [0.0, 0.0, 0.0]
+        model = [0.0, 0.0]  # the whole model: BLAS, the engine's rule
         for name, w in weights.items():
-            x = torch.randn(rows, w.shape[1], generator=gen)
-            blas, dnn = median_us([lambda: F.linear(x, w),
-                                   lambda: torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")], a.repeats)
-            diff = (F.linear(x, w) - torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")).abs().max()
-            blas_sum, dnn_sum = blas_sum + blas, dnn_sum + dnn
-            print(f"| {rows} | {name} [{w.shape[0]}x{w.shape[1]}] | {blas:.1f} | {dnn:.1f} | {blas / dnn:.2f}x "
-                  f"| {diff.item():.1e} |")
-        totals.append((rows, blas_sum, dnn_sum))
-    print("\n| rows | one layer + lm_head, BLAS us | oneDNN us | speed-up |\n|---|---|---|---|")
-    for rows, b, d in totals:
-        print(f"| {rows} | {b:.1f} | {d:.1f} | {b / d:.2f}x |")
+            x, wp = torch.randn(rows, w.shape[1], generator=gen), packed[name]
+            times = median_us([lambda: F.linear(x, w),
+                               lambda: torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], ""),
+                               lambda: torch.ops.mkldnn._linear_pointwise(x, wp, None, "none", [], "")], a.repeats)
+            want = F.linear(x, w)
+            diff = max((want - torch.ops.mkldnn._linear_pointwise(x, u, None, "none", [], "")).abs().max().item()
+                       for u in (w, wp))
+            sums = [s + t for s, t in zip(sums, times)]
+            blas, dnn, pre = times
+            count = 1 if name == "lm_head" else config["num_hidden_layers"]
+            engine = pre if rows >= 2 and rows * w.numel() >= PACKED_MIN_MACS else blas
+            model = [model[0] + count * blas, model[1] + count * engine]
+            print(f"| {rows} | {name} [{w.shape[0]}x{w.shape[1]}] | {blas:.1f} | {dnn:.1f} | {pre:.1f} "
+                  f"| {blas / dnn:.2f}x | {blas / pre:.2f}x | {diff:.1e} |")
+        totals.append((rows, *sums, *model))
+    print("\n| rows | one layer + lm_head, BLAS us | oneDNN us | prepacked us | speed-up | prepacked speed-up "
+          "| all layers + lm_head, BLAS us | the engine's rule us | speed-up |\n|---|---|---|---|---|---|---|---|---|")
+    for rows, b, d, p, mb, me in totals:
+        print(f"| {rows} | {b:.1f} | {d:.1f} | {p:.1f} | {b / d:.2f}x | {b / p:.2f}x | {mb:.0f} | {me:.0f} "
+              f"| {mb / me:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from wedlm import LLM, SamplingParams
 from wedlm.engine.config import resolve_cpu_linear
 from wedlm.engine import fast_model
-from wedlm.engine.fast_model import (ONEDNN_MIN_ROWS, PACKED_MIN_ROWS, OneDNNLinear, onednn_linear,
+from wedlm.engine.fast_model import (ONEDNN_MIN_ROWS, PACKED_MIN_MACS, OneDNNLinear, onednn_linear,
                                      optimize_for_inference, pack_weight, use_onednn_linear)
 from wedlm.hardware import cpu_prefers_onednn_linear, cpu_vendor
 from wedlm.model import DenseAttention, load_model
@@ -34,7 +34,7 @@ def test_vendor_is_read_from_cpuinfo():
 def test_the_environment_overrides_the_rule(monkeypatch):
     monkeypatch.setenv("WEDLM_CPU_LINEAR", "onednn")
     assert cpu_prefers_onednn_linear() == (True, "WEDLM_CPU_LINEAR=onednn")
-    assert resolve_cpu_linear(CPU, "float32", None) == (True, "oneDNN float32 matmuls (WEDLM_CPU_LINEAR=onednn)")
+    assert resolve_cpu_linear(CPU, "float32", None) == (True, "oneDNN float32 matmuls on prepacked weights (WEDLM_CPU_LINEAR=onednn)")
     # never for other devices, dtypes, autocast or tensor-parallel ranks
     assert not resolve_cpu_linear(torch.device("cuda"), "float32", None)[0]
     assert not resolve_cpu_linear(CPU, "bfloat16", None)[0]
@@ -74,8 +74,14 @@ def test_below_the_row_count_and_in_bf16_it_is_f_linear():
     assert "mkldnn::_linear_pointwise" not in _ops(lambda: onednn_linear(xb, wb))
 
 
-@pytest.mark.parametrize("rows", [1, PACKED_MIN_ROWS - 1, PACKED_MIN_ROWS, 40])
-def test_a_prepacked_weight_gives_f_linear_from_fewer_rows(rows):
+# a [160, 96] weight: 15,360 multiply-adds a row, PACKED_MIN_MACS from 35 rows
+PACKED_ROWS = -(-PACKED_MIN_MACS // (160 * 96))
+
+
+@pytest.mark.parametrize("rows", [1, 2, PACKED_ROWS - 1, PACKED_ROWS, 80])
+def test_a_prepacked_weight_gives_f_linear_by_its_own_rule(rows):
+    """oneDNN on a prepacked weight from 2 rows and PACKED_MIN_MACS multiply-adds (fewer than
+    the unpacked rule's ONEDNN_MIN_ROWS rows for a large weight, more for a small one)."""
     gen = torch.Generator().manual_seed(10 + rows)
     x = torch.randn(rows, 96, generator=gen)
     w, b = torch.randn(160, 96, generator=gen), torch.randn(160, generator=gen)
@@ -86,9 +92,15 @@ def test_a_prepacked_weight_gives_f_linear_from_fewer_rows(rows):
     assert got.shape == (rows, 160)
     assert (got - want).abs().max().item() <= 1e-5 * want.abs().max().item()
     ops = _ops(lambda: onednn_linear(x, w, b, packed_key=key))
-    assert ("mkldnn::_linear_pointwise" in ops) is (rows >= PACKED_MIN_ROWS)
-    if rows < PACKED_MIN_ROWS:
+    assert ("mkldnn::_linear_pointwise" in ops) is (rows >= PACKED_ROWS)
+    if rows < PACKED_ROWS:
         assert torch.equal(got, want)
+    # a weight 4096 x 192 (the shipped lm_head): oneDNN from 2 rows, F.linear at 1
+    wide = torch.randn(4096, 192, generator=gen)
+    _, wide_key = pack_weight(wide)
+    for n, expected in ((1, False), (2, True)):
+        ops = _ops(lambda: onednn_linear(torch.randn(n, 192), wide, packed_key=wide_key))
+        assert ("mkldnn::_linear_pointwise" in ops) is expected
 
 
 def test_a_packed_weight_lives_as_long_as_its_owner():
@@ -96,13 +108,14 @@ def test_a_packed_weight_lives_as_long_as_its_owner():
     with that key falls back to the unpacked rule (F.linear below ONEDNN_MIN_ROWS rows)."""
     import gc
 
-    w = torch.randn(32, 64)
+    w = torch.randn(4096, 192)
+    x = torch.randn(3, 192)  # 3 x 786,432 multiply-adds: oneDNN while the packed weight lives
     packed, key = pack_weight(w)
     assert fast_model._packed(key) is packed
+    assert "mkldnn::_linear_pointwise" in _ops(lambda: onednn_linear(x, w, packed_key=key))
     del packed
     gc.collect()
     assert key not in fast_model._PACKED and fast_model._packed(key) is None
-    x = torch.randn(PACKED_MIN_ROWS, 64)
     assert "mkldnn::_linear_pointwise" not in _ops(lambda: onednn_linear(x, w, packed_key=key))
     assert torch.equal(onednn_linear(x, w, packed_key=key), F.linear(x, w))
 
@@ -120,14 +133,17 @@ def test_model_matmuls_go_through_onednn_with_the_same_logits(ckpt_factory):
     assert 0 not in keys and len(set(keys)) == len(keys)
     assert fast_model._packed(fast.lm_head.packed_key) is fast.lm_head.packed_weight
     assert fast.state_dict().keys() == ref.state_dict().keys()
-    ids = torch.randint(0, 250, (1, 19), generator=torch.Generator().manual_seed(0))
-    pos = torch.arange(19).expand(1, 19)
+    ids = torch.randint(0, 250, (1, 40), generator=torch.Generator().manual_seed(0))
+    pos = torch.arange(40).expand(1, 40)
     with torch.no_grad():
         a, b = ref(ids, pos, DenseAttention()), fast(ids, pos, DenseAttention())
-        # 8 fused/plain matmuls per layer pair + lm_head: every one by oneDNN at 19 rows
-        ops = _ops(lambda: fast(ids, pos, DenseAttention()))
+        # 40 rows: lm_head [256x64] and gate/up [256x64] pass PACKED_MIN_MACS (655,360), the
+        # q/k/v [128x64], o_proj and down_proj do not (F.linear)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+            fast(ids, pos, DenseAttention())
     assert (a - b).abs().max().item() < 1e-5
-    assert "mkldnn::_linear_pointwise" in ops
+    shapes = sorted({tuple(e.input_shapes[1]) for e in prof.events() if e.name == "mkldnn::_linear_pointwise"})
+    assert shapes == [(256, 64)]
     assert use_onednn_linear(load_model(path, dtype="bfloat16")).lm_head.__class__ is torch.nn.Linear
 
 
@@ -177,7 +193,8 @@ def test_compiled_onednn_equals_eager(tiny_path, monkeypatch):
     while compiled.has_unfinished():
         compiled.step()
     # two sequences: a multi-row graph, whose opaque op applies the row rule at run time:
-    # 2 rows (below PACKED_MIN_ROWS) by F.linear, the prefill's rows by oneDNN
+    # 2 rows (2 x 16,384 multiply-adds for the widest weight, below PACKED_MIN_MACS) by
+    # F.linear, the prefill's 32 rows (524,288 for lm_head and gate/up) by oneDNN
     for p in (list(range(5, 25)), list(range(7, 12))):
         compiled.add_request(p, SamplingParams(temperature=0.0, max_tokens=6, decoding="ar", ignore_eos=True))
     assert "mkldnn::_linear_pointwise" in _ops(compiled.step)

@@ -144,7 +144,7 @@ def resolve_cpu_linear(device: torch.device, dtype: str, autocast: torch.dtype |
     if device.type != "cpu" or dtype != "float32" or autocast is not None or tensor_parallel_size > 1:
         return False, "BLAS matmuls"
     onednn, why = cpu_prefers_onednn_linear()
-    return onednn, f"{'oneDNN' if onednn else 'BLAS'} float32 matmuls ({why})"
+    return onednn, f"{'oneDNN float32 matmuls on prepacked weights' if onednn else 'BLAS float32 matmuls'} ({why})"
 
 
 def resolve_max_model_len(requested: int | None, max_position_embeddings: int) -> int:

@@ -21,8 +21,8 @@ weight: torch.autocast otherwise casts each fp32 weight to bf16 in every forward
 same logits.
 On a CPU whose BLAS runs float32 matrix products slowly (`hardware.cpu_prefers_onednn_linear`:
 MKL on an AMD Zen 4 core ran [32, 192] x [192, 1024] at half oneDNN's speed), `use_onednn_linear`
-routes the float32 matmuls of at least `PACKED_MIN_ROWS` rows through oneDNN, on weights prepacked
-once in its blocked layout (same float32 arithmetic, another kernel; logits equal to within
+routes the float32 matmuls of at least `PACKED_MIN_MACS` multiply-adds through oneDNN, on weights
+prepacked once in its blocked layout (same float32 arithmetic, another kernel; logits equal to within
 float32 summation order).
 `tests/engine/test_fast_model.py` checks that logits match the reference.
 """
@@ -45,15 +45,18 @@ from .buckets import bucket
 # fewer rows stay with F.linear (BLAS's matrix-vector kernels were faster there: on a Zen 4 core,
 # [1, 192] x [192, 1024] 12.5 us by MKL against 21-24 us by oneDNN, about even at 8 rows, 1.6x
 # and 1.7x faster by oneDNN at 17 and 32 rows; docs/engine.md, "oneDNN matmuls"). This is the
-# rule for a weight oneDNN has to read in PyTorch's layout; a prepacked weight (below) wins
-# from `PACKED_MIN_ROWS`.
+# rule for a weight oneDNN has to read in PyTorch's layout; a prepacked weight (below) has its own,
+# `PACKED_MIN_MACS`.
 ONEDNN_MIN_ROWS = 16
-# With the weight prepacked in oneDNN's blocked layout (`pack_weight`), oneDNN wins from 3 rows:
-# the shipped model's matmuls (8 layers + lm_head, one thread, Zen 4) took 618 us by MKL against
-# 518 packed at 3 rows, 946 against 667 at 8, 1,519 against 901 at 16 (435 against 520 at 2).
-# Packing saves oneDNN's reorder of the weight in every call: at 32 rows the same matmuls took
-# 1,690 us unpacked and 1,422 packed (docs/engine.md, "Prepacked oneDNN weights").
-PACKED_MIN_ROWS = 3
+# With the weight prepacked in oneDNN's blocked layout (`pack_weight`), a oneDNN call costs about
+# 11 us plus its multiply-adds at about twice BLAS's rate, so the rule is per matmul: at least 2
+# rows and rows * in_features * out_features >= PACKED_MIN_MACS (2^19, where the two met on a Zen 4
+# core: 192x192 at 16 rows, 384x192 at 4-8, 1024x192 at 3, 4096x192 at 2).
+# `python benchmarks/cpu_matmul.py` (one thread, Zen 4): the shipped model's matmuls (8 layers +
+# lm_head) 468 us by BLAS at 2 rows, 429 by this rule; 652 against 489 at 3 rows, 1,541 against
+# 906 at 16. Packing also saves oneDNN's reorder of the weight in every call: one layer +
+# lm_head at 32 rows took 454 us unpacked and 379 packed (docs/engine.md, "Prepacked oneDNN weights").
+PACKED_MIN_MACS = 1 << 19
 
 # key -> weak reference to a prepacked weight (`pack_weight`). The module that owns the packed
 # tensor holds the only strong reference, so a dropped engine frees it; the compiled graph sees
@@ -90,7 +93,8 @@ def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
         x: [..., in_features]; rows = every leading index together.
         weight: [out_features, in_features], contiguous; bias: [out_features] or None.
         packed_key: `pack_weight(weight)`'s key (0: none): oneDNN then reads the prepacked copy
-            and takes inputs from PACKED_MIN_ROWS rows, else from ONEDNN_MIN_ROWS.
+            and takes inputs of at least 2 rows and PACKED_MIN_MACS multiply-adds, else of
+            at least ONEDNN_MIN_ROWS rows.
 
     Returns:
         [..., out_features] in x's dtype. Other dtypes (a bf16 input under autocast) and fewer
@@ -117,7 +121,10 @@ def _linear_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     features = x.shape[-1]
     rows = x.numel() // features
     packed = _packed(packed_key)
-    if rows < (ONEDNN_MIN_ROWS if packed is None else PACKED_MIN_ROWS):
+    if packed is None:
+        if rows < ONEDNN_MIN_ROWS:
+            return F.linear(x, weight, bias)
+    elif rows < 2 or rows * weight.numel() < PACKED_MIN_MACS:
         return F.linear(x, weight, bias)
     # Zero rows pad the input to a shape bucket: oneDNN keeps a primitive (and scratch memory)
     # per input shape, and with every row count of a running engine its resident memory grew
@@ -263,7 +270,7 @@ def use_onednn_linear(model: QwenForCausalLM, prepack: bool = True) -> QwenForCa
     In place: the fused q/k/v and gate/up matmuls, every other nn.Linear (o_proj, down_proj,
     lm_head). With `prepack` each matmul weight also gets a copy in oneDNN's blocked layout
     (`pack_weight`; memory: one more copy of the matmul weights, 9.6 MB for the shipped model),
-    which makes oneDNN faster and worth it from PACKED_MIN_ROWS rows; the copies are made once,
+    which makes oneDNN faster and worth it from PACKED_MIN_MACS multiply-adds; the copies are made once,
     so weights changed afterwards need another call. Parameters and state dict unchanged.
     Idempotent (a second call packs afresh); a no-op for weights that are not float32 or not on
     the CPU (and for `precast_for_autocast`ed models, whose matmuls run in bf16).

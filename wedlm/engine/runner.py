@@ -89,7 +89,7 @@ class ModelRunner:
             bf16 matrix units); None = the weights' dtype.
         sharded: `model` is one tensor-parallel rank's shard (`parallel/`); its compiled
             forward then holds the collectives.
-        onednn_linear: float32 matmuls of at least `fast_model.PACKED_MIN_ROWS` rows by oneDNN on prepacked weights
+        onednn_linear: float32 matmuls by oneDNN on prepacked weights (`fast_model.PACKED_MIN_MACS`)
             (`fast_model.use_onednn_linear`; with `fast_path` only).
     """
 
