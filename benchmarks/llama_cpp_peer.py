@@ -1,7 +1,7 @@
 """The engine's `ar` against a C++ engine, llama.cpp, on the same weights: batch 1, greedy, one thread.
 
     pip install gguf llama-cpp-python      # builds llama.cpp from source: about 10 minutes on 2 cores
-    python benchmarks/llama_cpp_peer.py [--model models/wedlm-tiny] [--max-tokens 256] [--repeats 3]
+    python benchmarks/llama_cpp_peer.py [--model models/wedlm-tiny] [--max-tokens 256] [--repeats 3] [--out-dir docs]
 
 Writes the model as a float32 GGUF file (`gguf`, llama.cpp's own writer package; the model's
 tensors renamed to llama.cpp's `qwen3` or `qwen2` layout, its byte-level BPE vocabulary and
@@ -15,7 +15,9 @@ thread each, and prints per prompt and in sum:
   n_eval` of `llama_perf_context`, the ggml forward alone) and its wall clock through the Python
   binding (sampling included), against this engine's `decode_time_s` per token (scheduler,
   metadata, forward, commit: the whole step);
-* the ratios engine / llama.cpp (above 1: the engine is slower).
+* the ratios engine / llama.cpp (above 1: the engine is slower);
+
+and with `--out-dir` writes them as JSON and markdown with a bar plot (img/llama_cpp_peer.png).
 
 Nothing here is part of the package: llama.cpp is a peer to measure against.
 
@@ -167,12 +169,51 @@ def engine_run(llm, prompt: list[int], max_tokens: int) -> dict:
     return {"tokens": o["token_ids"], "ms_per_token": 1e3 * s["decode_time_s"] / max(1, s["decode_tokens"] - 1)}
 
 
+def table(rows: list[dict], version: str, repeats: int) -> str:
+    """The markdown table of `main`'s rows (one per prompt, then the mean)."""
+    out = [f"engine `ar` vs llama.cpp ({version}), batch 1, one thread, float32, medians of {repeats}; "
+           "ms per decoded token after the first", "",
+           "| prompt | tokens | same tokens | llama.cpp C++ forward | llama.cpp with its binding | engine eager | "
+           "engine compiled | compiled / C++ forward | compiled / with binding |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        same = "" if r["same"] is None else ("yes" if r["same"] else "NO")
+        out.append(f"| {r['prompt']} | {r['tokens'] or ''} | {same} | {r['llama eval']:.3f} | {r['llama wall']:.3f} | "
+                   f"{r['eager']:.3f} | {r['compiled']:.3f} | {r['compiled'] / r['llama eval']:.2f}x | "
+                   f"{r['compiled'] / r['llama wall']:.2f}x |")
+    return "\n".join(out) + "\n"
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """Grouped bars: ms per token of llama.cpp (C++ forward), engine compiled and eager, per prompt."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    systems = [("llama eval", "llama.cpp (C++ forward)"), ("compiled", "engine ar, compiled"), ("eager", "engine ar, eager")]
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    width = 0.8 / len(systems)
+    for i, (key, label) in enumerate(systems):
+        ax.bar([j + i * width for j in range(len(rows))], [r[key] for r in rows], width, label=label)
+    ax.set_xticks([j + width for j in range(len(rows))])
+    ax.set_xticklabels([r["prompt"] if len(r["prompt"]) < 24 else r["prompt"][:22] + "..." for r in rows], fontsize=7)
+    ax.set_ylabel("ms per decoded token (batch 1, 1 thread)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="models/wedlm-tiny")
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--gguf", default=None, help="where to write the GGUF file (default: a temporary folder)")
+    ap.add_argument("--out-dir", default=None,
+                    help="also write llama_cpp_peer.json, llama_cpp_peer.md and img/llama_cpp_peer.png here")
     a = ap.parse_args()
     try:
         import llama_cpp
@@ -196,9 +237,11 @@ def main() -> None:
             engine_run(llm, p, a.max_tokens)
     for p in prompts:
         llama_run(peer, p, a.max_tokens, stops)
-    rows, totals = [], {"llama eval": [], "llama wall": [], "eager": [], "compiled": []}
+    keys = ("llama eval", "llama wall", "eager", "compiled")
+    rows = []
     for text, p in zip(PROMPTS, prompts):
-        cell = {k: [] for k in totals}
+        cell = {k: [] for k in keys}
+        same = True
         for _ in range(a.repeats):
             lr = llama_run(peer, p, a.max_tokens, stops)
             cell["llama eval"].append(lr["eval_ms_per_token"])
@@ -206,24 +249,21 @@ def main() -> None:
             for name, llm in engines.items():
                 er = engine_run(llm, p, a.max_tokens)
                 cell[name].append(er["ms_per_token"])
-        same = lr["tokens"] == er["tokens"]
-        med = {k: statistics.median(v) for k, v in cell.items()}
-        for k in totals:
-            totals[k].append(med[k])
-        rows.append((text, len(er["tokens"]), same, med))
-    print(f"# engine `ar` vs llama.cpp ({llama_cpp.__version__}), batch 1, one thread, float32, "
-          f"medians of {a.repeats}; ms per decoded token")
-    print("| prompt | tokens | same tokens | llama.cpp C++ eval | llama.cpp wall | engine eager | engine compiled |"
-          " compiled / llama.cpp eval | compiled / llama.cpp wall |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for text, n, same, m in rows:
-        print(f"| {text} | {n} | {'yes' if same else 'NO'} | {m['llama eval']:.3f} | {m['llama wall']:.3f} | "
-              f"{m['eager']:.3f} | {m['compiled']:.3f} | {m['compiled'] / m['llama eval']:.2f}x | "
-              f"{m['compiled'] / m['llama wall']:.2f}x |")
-    mean = {k: statistics.mean(v) for k, v in totals.items()}
-    print(f"| mean | | | {mean['llama eval']:.3f} | {mean['llama wall']:.3f} | {mean['eager']:.3f} | "
-          f"{mean['compiled']:.3f} | {mean['compiled'] / mean['llama eval']:.2f}x | "
-          f"{mean['compiled'] / mean['llama wall']:.2f}x |")
+                same = same and er["tokens"] == lr["tokens"]
+        rows.append({"prompt": text, "tokens": len(er["tokens"]), "same": same,
+                     **{k: statistics.median(v) for k, v in cell.items()}})
+    rows.append({"prompt": "mean", "tokens": None, "same": None,
+                 **{k: statistics.mean(r[k] for r in rows) for k in keys}})
+    md = table(rows, llama_cpp.__version__, a.repeats)
+    print(md)
+    if a.out_dir:
+        out = Path(a.out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "llama_cpp_peer.json").write_text(json.dumps({"llama_cpp": llama_cpp.__version__, "model": str(model_dir),
+                                                             "repeats": a.repeats, "max_tokens": a.max_tokens,
+                                                             "rows": rows}, indent=1) + "\n")
+        (out / "llama_cpp_peer.md").write_text(md)
+        plot(rows[:-1], out / "img" / "llama_cpp_peer.png")
 
 
 if __name__ == "__main__":

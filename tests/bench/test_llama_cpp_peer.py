@@ -56,3 +56,16 @@ def test_shipped_model_round_trips(tmp_path):
     np.testing.assert_array_equal(got["blk.7.attn_q.weight"], weights["model.layers.7.self_attn.q_proj.weight"])
     np.testing.assert_array_equal(got["blk.0.attn_k_norm.weight"], weights["model.layers.0.self_attn.k_norm.weight"])
     np.testing.assert_array_equal(got["blk.3.ffn_down.weight"], weights["model.layers.3.mlp.down_proj.weight"])
+
+
+def test_table_and_plot(tmp_path):
+    peer = _peer()
+    rows = [{"prompt": "Count from 1 to 5.", "tokens": 14, "same": True, "llama eval": 1.0, "llama wall": 1.25,
+             "eager": 5.0, "compiled": 2.5},
+            {"prompt": "mean", "tokens": None, "same": None, "llama eval": 1.0, "llama wall": 1.25,
+             "eager": 5.0, "compiled": 2.5}]
+    md = peer.table(rows, "0.0.0", 3)
+    assert "| Count from 1 to 5. | 14 | yes | 1.000 | 1.250 | 5.000 | 2.500 | 2.50x | 2.00x |" in md
+    assert "| mean |  |  | 1.000 | 1.250 | 5.000 | 2.500 | 2.50x | 2.00x |" in md
+    peer.plot(rows[:1], tmp_path / "img" / "p.png")
+    assert (tmp_path / "img" / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
