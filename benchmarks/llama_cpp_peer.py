@@ -7,7 +7,7 @@ Writes the model as a float32 GGUF file (`gguf`, llama.cpp's own writer package;
 tensors renamed to llama.cpp's `qwen3` or `qwen2` layout, its byte-level BPE vocabulary and
 merges), then decodes the same prompts (token ids: no tokenizer differences) with
 llama-cpp-python and with this engine (`ar`, eager and compiled), alternating, one torch / ggml
-thread each, and prints per prompt and in sum:
+thread each, and prints per prompt (medians of the repeats) and their mean:
 
 * the greedy tokens of both, and whether they are identical (same float32 weights; the kernels
   sum in different orders, so a near-tie could differ);
@@ -79,7 +79,19 @@ def gguf_arch(config: dict) -> str:
 
 
 def write_gguf(model_dir: Path, out: Path) -> Path:
-    """The checkpoint in `model_dir` as one float32 GGUF file at `out` (returned)."""
+    """The checkpoint in `model_dir` as one float32 GGUF file at `out` (returned; the shipped model:
+    16 MB, 90 tensors).
+
+    The vocabulary, merges and special tokens are written so that llama.cpp loads the file; its
+    pre-tokenizer is declared as `qwen2`, which splits text close to but not exactly like this
+    project's tokenizers (digits one by one, then GPT-2's byte-level rule), so compare on token ids,
+    as `main` does, not on text.
+
+    Raises:
+        SystemExit: an architecture `gguf_arch` does not know, a tokenizer that is not byte-level
+            BPE, no eos id (config.json, generation_config.json, the tokenizer's eos_token), or a tensor with no
+            llama.cpp name.
+    """
     import gguf
 
     config = json.loads((model_dir / "config.json").read_text())
@@ -117,6 +129,15 @@ def write_gguf(model_dir: Path, out: Path) -> Path:
     w.add_token_types(types)
     w.add_token_merges(merges)
     eos = config.get("eos_token_id")
+    gen_path, tok_cfg_path = model_dir / "generation_config.json", model_dir / "tokenizer_config.json"
+    if eos is None and gen_path.exists():
+        eos = json.loads(gen_path.read_text()).get("eos_token_id")
+    if eos is None and tok_cfg_path.exists():  # the tokenizer's eos token, by its id among the added tokens
+        text = json.loads(tok_cfg_path.read_text()).get("eos_token")
+        eos = next((t["id"] for t in tok.get("added_tokens", []) if t["content"] == text), None)
+    if eos is None or eos == []:
+        raise SystemExit("llama_cpp_peer: no eos_token_id in config.json, generation_config.json or "
+                         "tokenizer_config.json")
     w.add_eos_token_id(eos[0] if isinstance(eos, list) else eos)
     w.add_add_bos_token(False)
     tensors = {}
@@ -127,6 +148,8 @@ def write_gguf(model_dir: Path, out: Path) -> Path:
             gname = TOP_NAMES[name]
         elif name.startswith("model.layers."):
             idx, rest = name[len("model.layers."):].split(".", 1)
+            if rest not in LAYER_NAMES:
+                raise SystemExit(f"llama_cpp_peer: no llama.cpp name for tensor {name}")
             gname = f"blk.{idx}.{LAYER_NAMES[rest]}"
         else:
             raise SystemExit(f"llama_cpp_peer: unexpected tensor {name}")
@@ -143,7 +166,7 @@ def llama_run(llm, prompt: list[int], max_tokens: int, stops: set[int]) -> dict:
     import llama_cpp
 
     llm.reset()
-    ctx = llm._ctx.ctx
+    ctx = llm._ctx.ctx  # the raw llama_context the perf counters take (llama-cpp-python 0.3 keeps it here)
     llama_cpp.llama_perf_context_reset(ctx)
     out, first_at = [], None
     t0 = time.perf_counter()
@@ -216,6 +239,7 @@ def main() -> None:
                     help="also write llama_cpp_peer.json, llama_cpp_peer.md and img/llama_cpp_peer.png here")
     a = ap.parse_args()
     try:
+        import gguf  # noqa: F401  (write_gguf's writer)
         import llama_cpp
     except ImportError:
         raise SystemExit("llama_cpp_peer: pip install gguf llama-cpp-python") from None

@@ -21,8 +21,16 @@ def _peer():
 
 
 def _field(reader, key):
-    f = reader.fields[key]
-    return f.contents() if hasattr(f, "contents") else f.parts[f.data[0]]
+    return reader.fields[key].contents()
+
+
+def _known_names(arch) -> set[str]:
+    """Every tensor name llama.cpp's `arch` loads, for 8 blocks (gguf's own table)."""
+    names = set()
+    for t in gguf.MODEL_TENSORS[arch]:
+        pattern = gguf.TENSOR_NAMES[t]
+        names |= {pattern.format(bid=b) for b in range(8)} if "{bid}" in pattern else {pattern}
+    return {f"{n}.{kind}" for n in names for kind in ("weight", "bias")}
 
 
 def test_arch_from_config():
@@ -44,6 +52,15 @@ def test_shipped_model_round_trips(tmp_path):
     assert _field(reader, "qwen3.block_count") == config["num_hidden_layers"] == 8
     assert _field(reader, "qwen3.attention.key_length") == config["head_dim"] == 48
     assert _field(reader, "qwen3.attention.head_count_kv") == 2
+    assert _field(reader, "qwen3.embedding_length") == 192
+    assert _field(reader, "qwen3.feed_forward_length") == 512
+    assert _field(reader, "qwen3.attention.head_count") == 4
+    assert _field(reader, "qwen3.rope.freq_base") == pytest.approx(config["rope_theta"])
+    assert _field(reader, "qwen3.attention.layer_norm_rms_epsilon") == pytest.approx(config["rms_norm_eps"])
+    assert _field(reader, "tokenizer.ggml.model") == "gpt2" and _field(reader, "tokenizer.ggml.pre") == "qwen2"
+    assert _field(reader, "tokenizer.ggml.eos_token_id") == 0
+    types = _field(reader, "tokenizer.ggml.token_type")
+    assert types[3] == gguf.TokenType.CONTROL and types[100] == gguf.TokenType.NORMAL
     tokens = _field(reader, "tokenizer.ggml.tokens")
     assert len(tokens) == 4096 and tokens[3] == "<|mask|>" and tokens[2] == "<|im_end|>"
     tok = json.loads((MODEL / "tokenizer.json").read_text())
@@ -52,6 +69,7 @@ def test_shipped_model_round_trips(tmp_path):
     got = {t.name: np.asarray(t.data) for t in reader.tensors}
     assert len(got) == len(weights) == 90  # tied embeddings: no output.weight
     assert "output.weight" not in got
+    assert set(got) <= _known_names(gguf.MODEL_ARCH.QWEN3)
     np.testing.assert_array_equal(got["token_embd.weight"], weights["model.embed_tokens.weight"])
     np.testing.assert_array_equal(got["blk.7.attn_q.weight"], weights["model.layers.7.self_attn.q_proj.weight"])
     np.testing.assert_array_equal(got["blk.0.attn_k_norm.weight"], weights["model.layers.0.self_attn.k_norm.weight"])
@@ -69,3 +87,37 @@ def test_table_and_plot(tmp_path):
     assert "| mean |  |  | 1.000 | 1.250 | 5.000 | 2.500 | 2.50x | 2.00x |" in md
     peer.plot(rows[:1], tmp_path / "img" / "p.png")
     assert (tmp_path / "img" / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_qwen2_checkpoint_with_biases(tmp_path):
+    from wedlm.testing import make_hf_checkpoint
+
+    ckpt = make_hf_checkpoint(tmp_path / "q2", family="qwen2", tokenizer=True, tie_word_embeddings=False)
+    path = _peer().write_gguf(ckpt, tmp_path / "q2.gguf")
+    reader = gguf.GGUFReader(str(path))
+    assert _field(reader, "general.architecture") == "qwen2"
+    weights = {}
+    from safetensors.numpy import load_file as load
+    for f in ckpt.glob("*.safetensors"):
+        weights.update(load(str(f)))
+    got = {t.name: np.asarray(t.data) for t in reader.tensors}
+    assert len(got) == len(weights)
+    assert set(got) <= _known_names(gguf.MODEL_ARCH.QWEN2)
+    np.testing.assert_array_equal(got["blk.0.attn_q.bias"], weights["model.layers.0.self_attn.q_proj.bias"])
+    np.testing.assert_array_equal(got["output.weight"], weights["lm_head.weight"])
+
+
+def test_unknown_tensor_and_tokenizer_are_refused(tmp_path):
+    from safetensors.numpy import save_file
+
+    from wedlm.testing import make_hf_checkpoint
+
+    ckpt = make_hf_checkpoint(tmp_path / "q3", family="qwen3", tokenizer=True)
+    save_file({"model.layers.0.self_attn.rotary_emb.inv_freq": np.zeros(4, np.float32)}, str(ckpt / "extra.safetensors"))
+    with pytest.raises(SystemExit, match="no llama.cpp name for tensor model.layers.0.self_attn.rotary_emb.inv_freq"):
+        _peer().write_gguf(ckpt, tmp_path / "a.gguf")
+    tok = json.loads((ckpt / "tokenizer.json").read_text())
+    tok["model"]["type"] = "WordPiece"
+    (ckpt / "tokenizer.json").write_text(json.dumps(tok))
+    with pytest.raises(SystemExit, match="only byte-level BPE"):
+        _peer().write_gguf(ckpt, tmp_path / "b.gguf")
