@@ -35,7 +35,8 @@ def test_top_level_schema(bench):
     assert result["machine"]["torch"] and result["machine"]["transformers"]
     assert "torch" in result["machine_line"] and "Python" in result["machine_line"]
     # the test suite pins BLAS matmuls (tests/conftest.py) and float32
-    assert result["engine"]["matmuls"] == "BLAS float32 matmuls (WEDLM_CPU_LINEAR=blas)"
+    assert result["engine"]["matmuls"] == ("BLAS float32 matmuls (WEDLM_CPU_LINEAR=blas); "
+                                          "one-row matmuls on transposed weight copies")
     assert result["engine"]["precision"].startswith("float32 weights, no autocast")
     assert [s["name"] for s in result["systems"]] == [
         "wedlm t=0.4 l=0.02", "wedlm t=0.9 l=0.02", "blockwise t=0.9", "verified", "ar", "transformers"]

@@ -76,6 +76,8 @@ class Engine:
         bytes_per_block = ModelRunner.kv_bytes_per_block(self.model, config.kv_block_size)
         num_blocks = resolve_num_blocks(config, self.max_model_len, bytes_per_block, device)
         self.runner = make_engine_runner(self.model, num_blocks, config, device, dtype, autocast, onednn_linear)
+        if getattr(self.runner, "transposed_gemv", False):
+            self.matmuls += "; one-row matmuls on transposed weight copies"
         log.info("engine: %s, %s on %s, %s forward (enforce_eager=%s)", self.precision, self.matmuls, device,
                  "eager" if config.enforce_eager else "compiled", config.enforce_eager)
         self.runner.mask_token_id = self.mask_token_id  # the one [MASK] id, banned from every output

@@ -24,6 +24,11 @@ MKL on an AMD Zen 4 core ran [32, 192] x [192, 1024] at half oneDNN's speed), `u
 routes the float32 matmuls of at least `PACKED_MIN_MACS` multiply-adds through oneDNN, on weights
 prepacked once in its blocked layout (same float32 arithmetic, another kernel; logits equal to within
 float32 summation order).
+On a CPU, float32 matmuls of one input row (the one-token step of batch-1 `ar` decoding) are
+matrix-vector products bound by how fast the weights stream; `use_transposed_gemv` keeps one
+more copy of each matmul weight transposed ([in_features, out_features], contiguous), on which
+BLAS's x @ W^T runs 1.2-1.3x faster than F.linear on the [out, in] weight (AMD Zen 3, shipped
+model, same greedy tokens; docs/engine.md, "One-row matmuls on transposed weights").
 `tests/engine/test_fast_model.py` checks that logits match the reference.
 """
 
@@ -57,6 +62,9 @@ ONEDNN_MIN_ROWS = 16
 # 906 at 16. Packing also saves oneDNN's reorder of the weight in every call: one layer +
 # lm_head at 32 rows took 454 us unpacked and 379 packed (docs/engine.md, "Prepacked oneDNN weights").
 PACKED_MIN_MACS = 1 << 19
+# `use_transposed_gemv` costs one more copy of the matmul weights; models whose float32 matmul
+# weights are larger than this keep F.linear alone (measured on the 16 MB shipped model only).
+TRANSPOSED_GEMV_MAX_BYTES = 512 << 20
 
 # key -> weak reference to a prepacked weight (`pack_weight`). The module that owns the packed
 # tensor holds the only strong reference, so a dropped engine frees it; the compiled graph sees
@@ -151,21 +159,62 @@ def _(x, weight, bias, packed_key):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
+def one_row_linear(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`F.linear(x, weight_t.T, bias)` for one input row, on the transposed weight.
+
+    Args:
+        x: [..., in_features] holding one row (x.numel() == in_features).
+        weight_t: [in_features, out_features], contiguous (`use_transposed_gemv`'s copy).
+        bias: [out_features] or None.
+
+    Returns:
+        [..., out_features] in x's dtype; equal to F.linear within float32 summation order.
+    """
+    out = torch.mm(x.reshape(1, -1), weight_t)
+    if bias is not None:
+        out = out + bias
+    return out.view(*x.shape[:-1], weight_t.shape[1])
+
+
+def _one_row(module: nn.Module, x: torch.Tensor) -> bool:
+    """The module has a transposed copy (`use_transposed_gemv`) and x is one float32 row. Under
+    torch.compile a symbolic size is never 1 (torch specialises 1), so the test adds no guard:
+    only the batch-1, one-query graph takes this path."""
+    return module.weight_t is not None and x.dtype == torch.float32 and x.numel() == x.shape[-1]
+
+
 def _matmul(module: nn.Module, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear, or `onednn_linear` (with the module's prepacked weight, `packed_key`) once
-    `use_onednn_linear` set the module's `onednn`."""
+    """F.linear, or `one_row_linear` on the module's transposed copy (`weight_t`) for one row
+    once `use_transposed_gemv` made it, or `onednn_linear` (with the module's prepacked weight,
+    `packed_key`) once `use_onednn_linear` set the module's `onednn`."""
+    if _one_row(module, x):
+        return one_row_linear(x, module.weight_t, bias)
     if module.onednn:
         return onednn_linear(x, weight, bias, module.packed_key)
     return F.linear(x, weight, bias)
 
 
 class OneDNNLinear(nn.Linear):
-    """nn.Linear whose matmul is `onednn_linear` (on the prepacked weight `packed_key`, if set)."""
+    """nn.Linear whose matmul is `_matmul`'s choice: `onednn_linear` (on the prepacked weight
+    `packed_key`, if set), or `one_row_linear` for one row once `weight_t` is set."""
 
+    onednn = True
     packed_key = 0
+    weight_t = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return onednn_linear(x, self.weight, self.bias, self.packed_key)
+        return _matmul(self, x, self.weight, self.bias)
+
+
+class TransposedGemvLinear(nn.Linear):
+    """nn.Linear that runs one-row inputs on its transposed copy `weight_t` (`use_transposed_gemv`)."""
+
+    onednn = False
+    packed_key = 0
+    weight_t = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _matmul(self, x, self.weight, self.bias)
 
 
 class FusedRMSNorm(RMSNorm):
@@ -183,10 +232,12 @@ class FusedRMSNorm(RMSNorm):
 
 
 class FusedQKVAttention(Attention):
-    """Attention with one [q; k; v] projection matmul (by oneDNN once `onednn` is set)."""
+    """Attention with one [q; k; v] projection matmul (by oneDNN once `onednn` is set; on the
+    transposed copy `weight_t` for one row once `use_transposed_gemv` made it)."""
 
     onednn = False
     packed_key = 0
+    weight_t = None
 
     def fuse(self) -> None:
         weights = [self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]
@@ -215,10 +266,12 @@ class FusedQKVAttention(Attention):
 
 
 class FusedSwiGLU(SwiGLU):
-    """SwiGLU with one [gate; up] projection matmul (by oneDNN once `onednn` is set)."""
+    """SwiGLU with one [gate; up] projection matmul (by oneDNN once `onednn` is set; on the
+    transposed copy `weight_t` for one row once `use_transposed_gemv` made it)."""
 
     onednn = False
     packed_key = 0
+    weight_t = None
 
     def fuse(self) -> None:
         weights = [self.gate_proj.weight, self.up_proj.weight]
@@ -290,7 +343,7 @@ def use_onednn_linear(model: QwenForCausalLM, prepack: bool = True) -> QwenForCa
         elif isinstance(module, FusedSwiGLU):
             module.onednn = True
             weight = module.gate_up_weight
-        elif type(module) in (nn.Linear, OneDNNLinear) and id(module) not in fused_parts:
+        elif type(module) in (nn.Linear, OneDNNLinear, TransposedGemvLinear) and id(module) not in fused_parts:
             module.__class__ = OneDNNLinear
             weight = module.weight
         else:
@@ -300,12 +353,49 @@ def use_onednn_linear(model: QwenForCausalLM, prepack: bool = True) -> QwenForCa
     return model
 
 
+def use_transposed_gemv(model: QwenForCausalLM, max_bytes: int = TRANSPOSED_GEMV_MAX_BYTES) -> bool:
+    """Give every matmul of an `optimize_for_inference`d CPU float32 model a transposed copy of
+    its weight for one-row inputs (`one_row_linear`); in place. Returns whether it did.
+
+    The fused q/k/v and gate/up matmuls, o_proj, down_proj and lm_head (a tied lm_head gets its
+    own copy; the embedding is untouched). Memory: one more copy of the matmul weights (16 MB for
+    the shipped model); models whose matmul weights exceed `max_bytes` are left alone, as are
+    weights that are not float32 or not on the CPU, and `precast_for_autocast`ed models. Inputs
+    of two or more rows keep their kernel (F.linear or oneDNN). The copies are made once:
+    weights changed afterwards need another call. Parameters and state dict unchanged; idempotent.
+    """
+    if model.dtype != torch.float32 or model.device.type != "cpu":
+        return False
+    fused_parts = {id(lin) for module in model.modules() for lin in _fused_projections(module)}
+    targets = []
+    for module in model.modules():
+        if isinstance(module, FusedQKVAttention):
+            weight = module.qkv_weight
+        elif isinstance(module, FusedSwiGLU):
+            weight = module.gate_up_weight
+        elif type(module) in (nn.Linear, OneDNNLinear, TransposedGemvLinear) and id(module) not in fused_parts:
+            weight = module.weight
+        else:
+            continue
+        if weight.dtype != torch.float32:
+            return False
+        targets.append((module, weight))
+    if not targets or sum(w.numel() * w.element_size() for _, w in targets) > max_bytes:
+        return False
+    for module, weight in targets:
+        module.weight_t = weight.detach().t().contiguous()
+        if type(module) is nn.Linear:
+            module.__class__ = TransposedGemvLinear
+    return True
+
+
 def plain_weights(model: QwenForCausalLM) -> list[torch.Tensor]:
     """The matmul weights of an `optimize_for_inference`d model that are plain tensors, not
-    parameters: fused q/k/v (and bias) and gate/up weights, `precast_for_autocast` copies."""
+    parameters: fused q/k/v (and bias) and gate/up weights, `precast_for_autocast` copies,
+    `use_transposed_gemv` copies."""
     found = []
     for module in model.modules():
-        for name in ("qkv_weight", "qkv_bias", "gate_up_weight", "weight16", "bias16"):
+        for name in ("qkv_weight", "qkv_bias", "gate_up_weight", "weight16", "bias16", "weight_t"):
             t = getattr(module, name, None)
             if isinstance(t, torch.Tensor) and not isinstance(t, nn.Parameter):
                 found.append(t)

@@ -24,7 +24,8 @@ import torch
 from ..model import KVCache, PagedAttention, Padding, QwenForCausalLM, SequenceSlice
 from .buckets import StepShape
 from .compiled import CompiledForward, forward_logits
-from .fast_model import optimize_for_inference, plain_weights, precast_for_autocast, use_onednn_linear
+from .fast_model import (optimize_for_inference, plain_weights, precast_for_autocast, use_onednn_linear,
+                         use_transposed_gemv)
 from .sampling import RowScores, SoftmaxRows
 
 
@@ -91,6 +92,9 @@ class ModelRunner:
             forward then holds the collectives.
         onednn_linear: float32 matmuls by oneDNN on prepacked weights (`fast_model.PACKED_MIN_MACS`)
             (`fast_model.use_onednn_linear`; with `fast_path` only).
+
+    With `fast_path`, no autocast and not `sharded`, a float32 CPU model's one-row matmuls run on
+    transposed weight copies (`fast_model.use_transposed_gemv`; `transposed_gemv` says whether).
     """
 
     def __init__(self, model: QwenForCausalLM, num_blocks: int, block_size: int, fast_path: bool = True,
@@ -102,6 +106,9 @@ class ModelRunner:
             precast_for_autocast(self.model, autocast)
         if fast_path and onednn_linear and autocast is None:
             use_onednn_linear(self.model)
+        # one-row float32 matmuls on transposed weight copies (CPU, one process, no autocast)
+        self.transposed_gemv = (fast_path and autocast is None and not sharded
+                                and use_transposed_gemv(self.model))
         self.device = model.device
         # [MASK] is an input symbol, never an output: its logit column is -inf in every row
         # returned, for every decoder and the AR head. The engine sets its one [MASK] id here.
