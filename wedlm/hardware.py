@@ -88,7 +88,9 @@ def cpu_prefers_onednn_linear(vendor: str | None = None, flags: set[str] | None 
     CPUs; on an AMD Zen 4 core (AVX-512) MKL ran [32, 192] x [192, 1024] in 142 us against 82 us
     for oneDNN, and [544, 192] x [192, 4096] in 8.7 ms against 3.8 ms (docs/engine.md, "oneDNN
     matmuls"). Automatic: True for an AMD CPU with AVX-512 (where it was measured), False
-    otherwise (Intel: MKL's own target; AVX2-only AMD: not measured). Without `vendor` and
+    otherwise (Intel: MKL's own target, not measured; AVX2-only AMD: on a Zen 3 core the
+    engine's oneDNN rule ran the shipped model's matmuls at 0.91-0.97x MKL's speed from 8 rows,
+    docs/engine.md "An AVX2-only AMD CPU"). Without `vendor` and
     `flags`, WEDLM_CPU_LINEAR ("onednn" or "blas") overrides the detection (the test suite sets
     "blas", like WEDLM_CPU_BF16).
 
@@ -105,4 +107,4 @@ def cpu_prefers_onednn_linear(vendor: str | None = None, flags: set[str] | None 
     flags = cpu_flags() if flags is None else flags
     if vendor == "AuthenticAMD" and "avx512f" in flags:
         return True, "auto: AMD CPU with AVX-512, where MKL is slow"
-    return False, "auto: BLAS" if vendor != "AuthenticAMD" else "auto: AMD CPU without AVX-512, not measured"
+    return False, "auto: BLAS" if vendor != "AuthenticAMD" else "auto: AMD CPU without AVX-512, where MKL is faster"
