@@ -89,10 +89,11 @@ def write_gguf(model_dir: Path, out: Path) -> Path:
 
     Raises:
         SystemExit: an architecture `gguf_arch` does not know, a tokenizer that is not byte-level
-            BPE, no eos id (config.json, generation_config.json, the tokenizer's eos_token), or a tensor with no
-            llama.cpp name.
+            BPE, or a tensor with no llama.cpp name.
     """
     import gguf
+
+    from wedlm.tokenizer import load_tokenizer, stop_token_ids
 
     config = json.loads((model_dir / "config.json").read_text())
     arch = gguf_arch(config)
@@ -128,17 +129,11 @@ def write_gguf(model_dir: Path, out: Path) -> Path:
     w.add_token_list(tokens)
     w.add_token_types(types)
     w.add_token_merges(merges)
-    eos = config.get("eos_token_id")
-    gen_path, tok_cfg_path = model_dir / "generation_config.json", model_dir / "tokenizer_config.json"
-    if eos is None and gen_path.exists():
-        eos = json.loads(gen_path.read_text()).get("eos_token_id")
-    if eos is None and tok_cfg_path.exists():  # the tokenizer's eos token, by its id among the added tokens
-        text = json.loads(tok_cfg_path.read_text()).get("eos_token")
-        eos = next((t["id"] for t in tok.get("added_tokens", []) if t["content"] == text), None)
-    if eos is None or eos == []:
-        raise SystemExit("llama_cpp_peer: no eos_token_id in config.json, generation_config.json or "
-                         "tokenizer_config.json")
-    w.add_eos_token_id(eos[0] if isinstance(eos, list) else eos)
+    # llama.cpp's eos: the smallest of the model's stop ids, by the engine's own rule (the benchmark
+    # stops on the engine's stop ids itself, so this only has to be one of them)
+    stops = stop_token_ids(load_tokenizer(model_dir), model_dir)
+    if stops:
+        w.add_eos_token_id(stops[0])
     w.add_add_bos_token(False)
     tensors = {}
     for f in sorted(model_dir.glob("*.safetensors")):
