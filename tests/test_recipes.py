@@ -1,4 +1,7 @@
-"""The tiny model's recipe helpers: the decoding-defaults pick of recipes/tune_decoding.py."""
+"""The tiny model's recipe helpers: the decoding-defaults pick of recipes/tune_decoding.py, the
+check items, the learning-rate sweep's arms and report."""
+
+import json
 
 import pytest
 
@@ -251,3 +254,29 @@ def test_settings_take_pairs_instead_of_the_grid():
             settings("16", "0.1", "0.02", bad)
     with pytest.raises(ValueError, match="--stop-by-ar: expected 0 or 1, got 'yes'"):
         settings("16", "0.1", "0.02", None, "0,yes")
+
+
+def test_lr_sweep_arms_parse_and_loss_windows(tmp_path):
+    from recipes.scratch_lr_sweep import arm_overrides, loss_at, markdown, rolling, summary
+    from wedlm.cli.train import parse_overrides
+    from wedlm.train.config import TrainConfig
+
+    cfg = TrainConfig.from_yaml("configs/scratch_ar.yaml", parse_overrides(arm_overrides(5e-4, tmp_path / "a")))
+    assert (cfg.lr, cfg.min_lr, cfg.micro_batch, cfg.warmup_steps) == (5e-4, 5e-5, 1, 200)
+    assert (cfg.max_minutes, cfg.save_every, cfg.out_dir) == (12.0, 400, str(tmp_path / "a"))
+
+    rows = [{"step": 10 * i, "tokens": 50_000 * i, "ar_loss": float(i), "tok_s": 2000.0 + i,
+             "elapsed_s": 60.0 * i} for i in range(1, 9)]
+    assert loss_at(rows, 100_000) == 2.5  # logged at 50k..200k (steps 1-4)
+    assert loss_at(rows, 275_000, half_width=50_000) == 5.5  # 250k and 300k
+    assert loss_at(rows, 2_000_000) is None
+    assert rolling([1.0, 3.0, 5.0, 7.0], n=2) == [1.0, 2.0, 4.0, 6.0]
+
+    run = tmp_path / "a"
+    run.mkdir()
+    (run / "log.jsonl").write_text("\n".join(json.dumps(r) for r in reversed(rows)) + "\n")
+    (run / "train_config.json").write_text(json.dumps({"lr": 5e-4}))
+    s = summary(run)
+    assert (s["steps"], s["tokens"], s["last5"]) == (80, 400_000, 6.0)
+    assert s["tok_s"] == sum(2000.0 + i for i in range(3, 9)) / 6  # rows after the first 120 s
+    assert s["at"][:3] == [5.0, 8.0, None] and "| 0.0005 | 5.000 | 8.000 | - |" in markdown([s])

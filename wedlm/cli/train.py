@@ -21,7 +21,10 @@ def add_parser(subparsers) -> None:
 
 
 def parse_overrides(items: list[str]) -> dict:
-    """["max_steps=10", "lr=1e-3"] -> {"max_steps": 10, "lr": 0.001}.
+    """["max_steps=10", "lr=1.0e-3"] -> {"max_steps": 10, "lr": 0.001}.
+
+    Values are parsed as YAML 1.1, so "lr=1e-3" gives the string "1e-3";
+    `TrainConfig` reads such strings as numbers.
 
     Raises:
         ValueError: an item without "=".

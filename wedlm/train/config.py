@@ -71,6 +71,7 @@ class TrainConfig:
     compile: bool = False  # torch.compile the model's forward (inductor; dynamic shapes; compiles once per run or resume)
 
     def __post_init__(self) -> None:
+        self._coerce_numbers()
         if self.stage not in STAGES:
             raise ValueError(f"stage must be one of {STAGES}, got {self.stage!r}")
         if self.mixed_precision not in ("auto", "bf16", "no"):
@@ -102,6 +103,38 @@ class TrainConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         self.betas = tuple(self.betas)
+
+    def _coerce_numbers(self) -> None:
+        """Read numeric fields given as strings ("5e-4": YAML 1.1, which PyYAML follows, reads an
+        exponent without a dot as a string) or as ints where a float is meant.
+
+        Raises:
+            ValueError: a numeric field whose value is not a number, naming the field.
+        """
+        for f in fields(self):
+            kind = str(f.type).replace(" | None", "")
+            value = getattr(self, f.name)
+            if value is None or kind not in ("float", "int", "bool"):
+                continue
+            if kind == "bool":
+                if not isinstance(value, bool):
+                    raise ValueError(f"{f.name} must be true or false, got {value!r}")
+                continue
+            if isinstance(value, bool):
+                raise ValueError(f"{f.name} must be a number, got {value!r}")
+            try:
+                number = float(value) if isinstance(value, str) else value
+            except ValueError:
+                raise ValueError(f"{f.name} must be a number, got {value!r}") from None
+            if not isinstance(number, (int, float)):
+                raise ValueError(f"{f.name} must be a number, got {value!r}")
+            if kind == "int":
+                if number != int(number):
+                    raise ValueError(f"{f.name} must be a whole number, got {value!r}")
+                number = int(number)
+            else:
+                number = float(number)
+            setattr(self, f.name, number)
 
     @property
     def run_dir(self) -> Path:
