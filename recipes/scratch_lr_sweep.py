@@ -23,6 +23,7 @@ from pathlib import Path
 CONFIG = "configs/scratch_ar.yaml"
 ROOT = Path("runs/scratch-lr-sweep")
 MARKS = (250_000, 500_000, 750_000, 1_000_000, 1_250_000, 1_500_000)
+END_WINDOW = 100_000  # "end": the mean over the final 0.1M tokens of a run
 
 
 def arm_overrides(lr: float, out_dir: Path, minutes: float = 12.0) -> list[str]:
@@ -35,8 +36,10 @@ def read_log(run: Path) -> list[dict]:
     """The training log rows of one arm (run/log.jsonl), in step order.
 
     Raises:
-        FileNotFoundError: the run has no log.jsonl.
+        FileNotFoundError: `run` is not a run folder (no log.jsonl in it).
     """
+    if not (run / "log.jsonl").is_file():
+        raise FileNotFoundError(f"{run}: not a training run folder (no log.jsonl)")
     rows = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines() if line.strip()]
     return sorted(rows, key=lambda r: r["step"])
 
@@ -62,23 +65,29 @@ def rolling(values: list[float], n: int = 10) -> list[float]:
 
 
 def summary(run: Path) -> dict:
-    """One arm's row: peak lr, final step/tokens, mean tokens/s after warm-up, losses at MARKS."""
+    """One arm's row: peak lr, final step/tokens, steady tokens/s (after 120 s), the AR loss at
+    MARKS (mean of the logged steps within 0.1M tokens) and over its last 0.1M tokens ("end";
+    one-row steps make single logged losses noisy)."""
     rows = read_log(run)
     lr = json.loads((run / "train_config.json").read_text())["lr"]
-    steady = [r["tok_s"] for r in rows if r["elapsed_s"] > 120] or [rows[-1]["tok_s"]]
+    # the logged tok_s is the run's average so far (compile included); the steady rate is the
+    # slope from the first row past 120 s to the last
+    first = next((r for r in rows if r["elapsed_s"] > 120 and r is not rows[-1]), rows[0])
+    span = rows[-1]["elapsed_s"] - first["elapsed_s"]
+    steady = (rows[-1]["tokens"] - first["tokens"]) / span if span > 0 else rows[-1]["tok_s"]
     return {"run": str(run), "lr": lr, "steps": rows[-1]["step"], "tokens": rows[-1]["tokens"],
-            "tok_s": sum(steady) / len(steady), "minutes": rows[-1]["elapsed_s"] / 60,
-            "last5": sum(r["ar_loss"] for r in rows[-5:]) / len(rows[-5:]),
+            "tok_s": steady, "minutes": rows[-1]["elapsed_s"] / 60,
+            "end": loss_at(rows, rows[-1]["tokens"], END_WINDOW),
             "at": [loss_at(rows, m) for m in MARKS]}
 
 
 def markdown(rows: list[dict]) -> str:
-    head = "| peak lr | " + " | ".join(f"{m / 1e6:g}M" for m in MARKS) + " | steps | tokens | tokens/s | last 5 |"
+    head = "| peak lr | " + " | ".join(f"{m / 1e6:g}M" for m in MARKS) + " | steps | tokens | tokens/s | last 0.1M |"
     lines = [head, "|" + "---|" * (len(MARKS) + 5)]
     for s in sorted(rows, key=lambda s: s["lr"]):
         at = " | ".join("-" if v is None else f"{v:.3f}" for v in s["at"])
         lines.append(f"| {s['lr']:g} | {at} | {s['steps']:,} | {s['tokens'] / 1e6:.2f}M | "
-                     f"{s['tok_s']:,.0f} | {s['last5']:.3f} |")
+                     f"{s['tok_s']:,.0f} | {s['end']:.3f} |")
     return "\n".join(lines)
 
 

@@ -265,6 +265,8 @@ def test_lr_sweep_arms_parse_and_loss_windows(tmp_path):
     assert (cfg.lr, cfg.min_lr, cfg.micro_batch, cfg.warmup_steps) == (5e-4, 5e-5, 1, 200)
     assert (cfg.max_minutes, cfg.save_every, cfg.out_dir) == (12.0, 400, str(tmp_path / "a"))
 
+    with pytest.raises(FileNotFoundError, match="no log.jsonl"):
+        summary(tmp_path)
     rows = [{"step": 10 * i, "tokens": 50_000 * i, "ar_loss": float(i), "tok_s": 2000.0 + i,
              "elapsed_s": 60.0 * i} for i in range(1, 9)]
     assert loss_at(rows, 100_000) == 2.5  # logged at 50k..200k (steps 1-4)
@@ -277,6 +279,6 @@ def test_lr_sweep_arms_parse_and_loss_windows(tmp_path):
     (run / "log.jsonl").write_text("\n".join(json.dumps(r) for r in reversed(rows)) + "\n")
     (run / "train_config.json").write_text(json.dumps({"lr": 5e-4}))
     s = summary(run)
-    assert (s["steps"], s["tokens"], s["last5"]) == (80, 400_000, 6.0)
-    assert s["tok_s"] == sum(2000.0 + i for i in range(3, 9)) / 6  # rows after the first 120 s
+    assert (s["steps"], s["tokens"], s["end"]) == (80, 400_000, 7.0)  # logged at 300k..400k
+    assert s["tok_s"] == (400_000 - 150_000) / (480 - 180)  # slope from the first row past 120 s
     assert s["at"][:3] == [5.0, 8.0, None] and "| 0.0005 | 5.000 | 8.000 | - |" in markdown([s])
