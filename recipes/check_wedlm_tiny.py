@@ -106,6 +106,8 @@ def stop_probe(model_dir: Path, groups: dict[str, list[dict]]) -> dict[str, dict
     Returns:
         {group name: {value group: {"n": count, "ar": mean P, "mask": mean P, "ar>0.5": share
         above 0.5, "mask>0.5": share}}}; float32 weights, one forward (no KV cache) per prefix.
+        An AR checkpoint (no `mask_token_id` in its config: an AR stage before conversion) has
+        no mask reading: "mask" and "mask>0.5" are None.
     """
     import torch
 
@@ -128,19 +130,28 @@ def stop_probe(model_dir: Path, groups: dict[str, list[dict]]) -> dict[str, dict
             for k, v in enumerate(values):
                 ids = ids + tok((", " if k else "") + v, add_special_tokens=False)["input_ids"]
                 group = "at B" if k == len(values) - 1 else ("ending like B" if v[-1] == values[-1][-1] else "other")
-                x = torch.tensor([ids + [mask_id]])
+                x = torch.tensor([ids + ([] if mask_id is None else [mask_id])])
                 with torch.no_grad():
-                    p = model(x, torch.arange(x.shape[1])[None], DenseAttention(), torch.tensor([len(ids) - 1, len(ids)]))
+                    p = model(x, torch.arange(x.shape[1])[None], DenseAttention(),
+                              torch.arange(len(ids) - 1, x.shape[1]))
                 p = p.float().softmax(-1)[:, end].tolist()
                 g = probs.setdefault(group, {"ar": [], "mask": []})
                 g["ar"].append(p[0])
-                g["mask"].append(p[1])
-        return {name: {"n": len(g["ar"]), "ar": sum(g["ar"]) / len(g["ar"]), "mask": sum(g["mask"]) / len(g["mask"]),
-                       "ar>0.5": sum(q > 0.5 for q in g["ar"]) / len(g["ar"]),
-                       "mask>0.5": sum(q > 0.5 for q in g["mask"]) / len(g["mask"])}
+                if mask_id is not None:
+                    g["mask"].append(p[1])
+
+        def mean(v):
+            return sum(v) / len(v) if v else None
+
+        return {name: {"n": len(g["ar"]), "ar": mean(g["ar"]), "mask": mean(g["mask"]),
+                       "ar>0.5": mean([q > 0.5 for q in g["ar"]]), "mask>0.5": mean([q > 0.5 for q in g["mask"]])}
                 for name, g in probs.items()}
 
     return {name: probe(items) for name, items in groups.items()}
+
+
+def _num(v: float | None, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
 
 
 def with_side_files(model: Path, defaults: Path) -> Path:
@@ -205,8 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     counting = {name: g for name, g in groups.items() if name.startswith("count") or name == "short up"}
     for name, probe in stop_probe(model, counting).items():
         table[name]["stop_probe"] = probe
-        print(f"  {name}: " + "; ".join(f"{k} {v['ar']:.2f} / {v['mask']:.2f} ({v['ar>0.5']:.0%} / {v['mask>0.5']:.0%})"
-                                     for k, v in sorted(probe.items())))
+        print(f"  {name}: " + "; ".join(f"{k} {v['ar']:.2f} / {_num(v['mask'], '.2f')} "
+                                        f"({v['ar>0.5']:.0%} / {_num(v['mask>0.5'], '.0%')})"
+                                        for k, v in sorted(probe.items())))
     if args.json:
         Path(args.json).write_text(json.dumps({"model": args.model, "defaults": d, "groups": table}, indent=1) + "\n")
     return 0

@@ -82,11 +82,11 @@ def summary(run: Path) -> dict:
 
 
 def markdown(rows: list[dict]) -> str:
-    head = "| peak lr | " + " | ".join(f"{m / 1e6:g}M" for m in MARKS) + " | steps | tokens | tokens/s | last 0.1M |"
-    lines = [head, "|" + "---|" * (len(MARKS) + 5)]
-    for s in sorted(rows, key=lambda s: s["lr"]):
+    head = "| run | peak lr | " + " | ".join(f"{m / 1e6:g}M" for m in MARKS) + " | steps | tokens | tokens/s | last 0.1M |"
+    lines = [head, "|" + "---|" * (len(MARKS) + 6)]
+    for s in sorted(rows, key=lambda s: (s["lr"], s["run"])):
         at = " | ".join("-" if v is None else f"{v:.3f}" for v in s["at"])
-        lines.append(f"| {s['lr']:g} | {at} | {s['steps']:,} | {s['tokens'] / 1e6:.2f}M | "
+        lines.append(f"| {Path(s['run']).name} | {s['lr']:g} | {at} | {s['steps']:,} | {s['tokens'] / 1e6:.2f}M | "
                      f"{s['tok_s']:,.0f} | {s['end']:.3f} |")
     return "\n".join(lines)
 
@@ -97,17 +97,21 @@ def plot(runs: list[Path], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for run in sorted(runs, key=lambda r: summary(r)["lr"]):
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for run in sorted(runs, key=lambda r: (summary(r)["lr"], str(r))):
         rows = read_log(run)
-        lr = summary(run)["lr"]
-        ax.plot([r["tokens"] / 1e6 for r in rows], rolling([r["ar_loss"] for r in rows]), label=f"peak lr {lr:g}")
-    ax.set_yscale("log")
-    ax.set_xlabel("tokens seen (millions)")
-    ax.set_ylabel("AR loss (mean of 10 logged steps)")
-    ax.set_title("AR stage from scratch, 12 minutes per arm, one-row steps")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
+        loss = rolling([r["ar_loss"] for r in rows])
+        label = f"{run.name} (peak lr {summary(run)['lr']:g})"
+        line, = ax_t.plot([r["tokens"] / 1e6 for r in rows], loss, label=label)
+        ax_m.plot([r["elapsed_s"] / 60 for r in rows], loss, color=line.get_color())
+    ax_t.set_yscale("log")
+    ax_t.set_xlabel("tokens seen (millions)")
+    ax_m.set_xlabel("minutes (compile included)")
+    ax_t.set_ylabel("AR loss (mean of 10 logged steps)")
+    for ax in (ax_t, ax_m):
+        ax.grid(True, which="both", alpha=0.3)
+    ax_t.legend(fontsize=8)
+    fig.suptitle("AR stage from scratch: 12 minutes per arm, one-row steps, 2-core CPU")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.png")

@@ -204,6 +204,21 @@ def test_stop_probe_groups_values_and_reads_both_heads(tiny_wedlm):
     assert probe["at B"]["ar>0.5"] == float(p[-2] > 0.5)
 
 
+def test_stop_probe_of_an_ar_checkpoint_reads_the_ar_head_only(ckpt_factory):
+    # an AR stage's checkpoint has no mask_token_id: the probe used to fail on torch.tensor([..., None])
+    from recipes.check_wedlm_tiny import _num, stop_probe
+    from wedlm.data.curriculum import count_example
+    from wedlm.model.loader import load_model
+
+    plain = ckpt_factory("tiny_plain_qwen3", family="qwen3", wedlm=False, tokenizer=True, seed=0)
+    assert load_model(plain).config.mask_token_id is None
+    ex, _ = count_example(8, 21)
+    probe = stop_probe(plain, {"g": [ex]})["g"]
+    assert {k: v["n"] for k, v in probe.items()} == {"at B": 1, "ending like B": 1, "other": 12}
+    assert all(v["mask"] is None and v["mask>0.5"] is None and 0.0 <= v["ar"] <= 1.0 for v in probe.values())
+    assert (_num(None, ".2f"), _num(0.5, ".0%")) == ("-", "50%")
+
+
 @pytest.mark.parametrize("recipe, min_calls", [("wedlm_tiny.sh", 13), ("wedlm_tiny_scratch.sh", 2)])
 def test_recipe_mixes_match_their_config_headers(recipe, min_calls):
     """Every `mix_stage` of a recipe (the lineage's and the from-scratch one) writes exactly the mix its config's header
@@ -281,4 +296,4 @@ def test_lr_sweep_arms_parse_and_loss_windows(tmp_path):
     s = summary(run)
     assert (s["steps"], s["tokens"], s["end"]) == (80, 400_000, 7.0)  # logged at 300k..400k
     assert s["tok_s"] == (400_000 - 150_000) / (480 - 180)  # slope from the first row past 120 s
-    assert s["at"][:3] == [5.0, 8.0, None] and "| 0.0005 | 5.000 | 8.000 | - |" in markdown([s])
+    assert s["at"][:3] == [5.0, 8.0, None] and "| a | 0.0005 | 5.000 | 8.000 | - |" in markdown([s])
