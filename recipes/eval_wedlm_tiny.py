@@ -33,13 +33,14 @@ DECODINGS = ("ar", "wedlm", "verified")
 
 
 def defaults(model: str) -> dict:
-    """W, tau, lambda and stop_by_ar from the model's generation_config.json (every `wedlm` run
-    here decodes with them; stop_by_ar reaches the engine as the model's default)."""
+    """W, tau, lambda, stop_by_ar and stop_in_run from the model's generation_config.json (every
+    `wedlm` run here decodes with them; the stop rule reaches the engine as the model's default)."""
     from wedlm.engine.defaults import model_decoding_defaults
 
     d = model_decoding_defaults(model)
     return {"window": d["wedlm_window_size"], "tau": d["wedlm_entropy_threshold"],
-            "lam": d["wedlm_pos_penalty_factor"], "stop_by_ar": d["wedlm_stop_by_ar"]}
+            "lam": d["wedlm_pos_penalty_factor"], "stop_by_ar": d["wedlm_stop_by_ar"],
+            "stop_in_run": d["wedlm_stop_in_run"]}
 
 
 def count200(model: str, window: int, tau: float, lam: float) -> dict:
@@ -174,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     d = defaults(args.model)
     skip = set(args.skip.split(","))
     summary = {"model": args.model, "tau": d["tau"], "lambda": d["lam"], "window": d["window"],
-               "stop_by_ar": d["stop_by_ar"]}
+               "stop_by_ar": d["stop_by_ar"], "stop_in_run": d["stop_in_run"]}
     if args.update and (out / "summary.json").is_file():
         summary = {**json.loads((out / "summary.json").read_text()), **summary}
     if "tasks" not in skip:

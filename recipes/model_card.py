@@ -295,13 +295,15 @@ def main(argv: list[str] | None = None) -> int:
                           f"(by default one item of the smallest task), the fastest of those wins" if tune.get("tie") else "") + ")")
         tune_line = (f"{len(tune['grid'])} settings on the validation split ({', '.join(f'{k} {v}' for k, v in tune['n'].items())}"
                      f" items); picked W={b['window']}, tau={b['tau']}, lambda={b['lambda']}"
-                     + (f", stop_by_ar={str(b['stop_by_ar']).lower()}" if "stop_by_ar" in b else "") + ": "
+                     + (f", stop_by_ar={str(b['stop_by_ar']).lower()}" if "stop_by_ar" in b else "")
+                     + (", stop_in_run=true" if b.get("stop_in_run") else "") + ": "
                      f"{b['tokens_per_forward']:.2f} tokens/forward; {within}")
     tune_cmd = "python recipes/tune_decoding.py --write"
     if tune:  # the command that wrote tune.json, rebuilt from what it records
         fmt = lambda xs: ",".join(f"{x:g}" for x in sorted(set(xs)))  # noqa: E731
         pairs = list(dict.fromkeys(f"{g['tau']:g}:{g['lambda']:g}" for g in tune["grid"]))  # in the order run
-        stops = list(dict.fromkeys(str(int(g["stop_by_ar"])) for g in tune["grid"] if "stop_by_ar" in g))
+        stops = list(dict.fromkeys("run" if g.get("stop_in_run") else str(int(g["stop_by_ar"]))
+                                   for g in tune["grid"] if "stop_by_ar" in g))
         tune_cmd += (f" --n {','.join(f'{k}={v}' for k, v in tune['n'].items())}"
                      f" --windows {fmt(g['window'] for g in tune['grid'])} --pairs {','.join(pairs)}"
                      + (f" --stop-by-ar {','.join(stops)}" if stops else ""))
@@ -331,7 +333,9 @@ def main(argv: list[str] | None = None) -> int:
             "intermediate_size", "vocab_size", "max_position_embeddings", "mask_token_id")},
         window=gen["wedlm_window_size"], tau=gen["wedlm_entropy_threshold"], lam=gen["wedlm_pos_penalty_factor"],
         stop_by_ar=(", stops decided by the AR head (`wedlm_stop_by_ar: true`: the leftmost mask is filled from the "
-                    "AR head and no other mask may take a stop token)" if gen.get("wedlm_stop_by_ar") else ""),
+                    + ("AR head, and another mask may take a stop token only when every mask to its left is filled "
+                       "in the same forward: `wedlm_stop_in_run: true`)" if gen.get("wedlm_stop_in_run") else
+                       "AR head and no other mask may take a stop token)") if gen.get("wedlm_stop_by_ar") else ""),
         data="\n".join(data_rows(REPO / "configs" / "tiny_wedlm.yaml")), stages="\n".join(stages),
         data_cont=(DATA_CONT.format(rows="\n".join(data_rows(REPO / "configs" / "tiny_wedlm_cont.yaml")))
                    if continued else "") + (DATA_V4.format(

@@ -1,4 +1,4 @@
-"""Tune the tiny model's WeDLM decoding defaults (window W, tau, lambda, stop_by_ar) on the VALIDATION split.
+"""Tune the tiny model's WeDLM decoding defaults (window W, tau, lambda, stop rule) on the VALIDATION split.
 
     python recipes/tune_decoding.py --model models/wedlm-tiny --out runs/wedlm-tiny/tune.json --write
 
@@ -11,8 +11,9 @@ worst task, where losses within `--tie` of the smallest count as equal, default 
 smallest task: a one-item difference is noise and must not halve the speed; among those the most
 tokens per forward), recorded as rule "closest to AR" in the output.
 `--pairs TAU:LAMBDA,...` tries those settings instead of the `--taus` x `--lams` grid, each
-with every `--stop-by-ar` value (`wedlm_stop_by_ar`: 0 = Algorithm 1's stops, 1 = only the AR
-head ends an answer; default both).
+with every `--stop-by-ar` value (0 = Algorithm 1's stops; 1 = only the AR head ends an answer,
+`wedlm_stop_by_ar`; run = that, and a mask may also end it when every mask to its left is filled
+in the same forward, `wedlm_stop_in_run`; default 0,1).
 With --write it goes into the model's generation_config.json (atomically).
 """
 
@@ -65,13 +66,14 @@ def pick(grid: list[dict], tie: float = 0.0) -> tuple[dict, str]:
 
 
 def settings(windows: str, taus: str, lams: str, pairs: str | None = None,
-             stop_by_ar: str = "0") -> list[tuple[int, float, float, bool]]:
-    """(W, tau, lambda, stop_by_ar) to try: every window times the tau x lambda grid, or times
-    `pairs` ("TAU:LAMBDA,..."), times each `stop_by_ar` value ("0,1"), in the order given.
+             stop_by_ar: str = "0") -> list[tuple[int, float, float, bool, bool]]:
+    """(W, tau, lambda, stop_by_ar, stop_in_run) to try: every window times the tau x lambda
+    grid, or times `pairs` ("TAU:LAMBDA,..."), times each stop rule in `stop_by_ar` ("0,1,run":
+    0 = (False, False), 1 = (True, False), run = (True, True)), in the order given.
 
     Raises:
-        ValueError: a pair that is not TAU:LAMBDA with two numbers, or a stop_by_ar value
-            other than 0 or 1 (names it).
+        ValueError: a pair that is not TAU:LAMBDA with two numbers, or a stop rule other than
+            0, 1 or run (names it).
     """
     ws = [int(w) for w in windows.split(",")]
     if pairs is None:
@@ -88,10 +90,10 @@ def settings(windows: str, taus: str, lams: str, pairs: str | None = None,
                 raise ValueError(f"--pairs: expected TAU:LAMBDA (two numbers), got {pair!r}") from None
     stops = []
     for v in stop_by_ar.split(","):
-        if v not in ("0", "1"):
-            raise ValueError(f"--stop-by-ar: expected 0 or 1, got {v!r}")
-        stops.append(v == "1")
-    return [(w, tau, lam, s) for w in ws for tau, lam in grid for s in stops]
+        if v not in ("0", "1", "run"):
+            raise ValueError(f"--stop-by-ar: expected 0, 1 or run, got {v!r}")
+        stops.append((v != "0", v == "run"))
+    return [(w, tau, lam, *s) for w in ws for tau, lam in grid for s in stops]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="TAU:LAMBDA,... settings to try instead of the --taus x --lams grid "
                         "(e.g. 0.1:0.02,0.05:0.004), each at every --windows")
     p.add_argument("--stop-by-ar", default="0,1",
-                   help="wedlm_stop_by_ar values to try with each setting: 0, 1 or 0,1 (default)")
+                   help="stop rules to try with each setting: 0 (Algorithm 1), 1 (wedlm_stop_by_ar), run "
+                        "(wedlm_stop_by_ar and wedlm_stop_in_run), comma-separated; default 0,1")
     p.add_argument("--n", default="count=60,addsub=100,listops=120", help="validation items per task")
     p.add_argument("--slack", type=float, default=0.005, help="allowed accuracy loss vs AR per task")
     p.add_argument("--tie", type=float, default=None,
@@ -121,26 +124,28 @@ def main(argv: list[str] | None = None) -> int:
     ar = summarize(suite.run(llms.setdefault(16, LLM(model=args.model, wedlm_window_size=16)), exs, "ar", 0, 0))
     print("ar", json.dumps(ar), flush=True)
     grid = []
-    for w, tau, lam, stop in settings(args.windows, args.taus, args.lams, args.pairs, args.stop_by_ar):
+    for w, tau, lam, stop, in_run in settings(args.windows, args.taus, args.lams, args.pairs, args.stop_by_ar):
         llm = llms.get(w) or llms.setdefault(w, LLM(model=args.model, wedlm_window_size=w))
-        r = {"window": w, "tau": tau, "lambda": lam, "stop_by_ar": stop,
-             **summarize(suite.run(llm, exs, "wedlm", tau, lam, stop))}
+        r = {"window": w, "tau": tau, "lambda": lam, "stop_by_ar": stop, "stop_in_run": in_run,
+             **summarize(suite.run(llm, exs, "wedlm", tau, lam, stop, in_run))}
         r["worst_loss"] = max(ar["tasks"][t]["accuracy"] - r["tasks"][t]["accuracy"] for t in n)
         r["ok"] = within_slack(r["worst_loss"], args.slack)
         grid.append(r)
-        print(json.dumps({k: r[k] for k in ("window", "tau", "lambda", "stop_by_ar", "tokens_per_forward", "ok")}),
+        print(json.dumps({k: r[k] for k in ("window", "tau", "lambda", "stop_by_ar", "stop_in_run", "tokens_per_forward",
+                                            "ok")}),
               {t: round(r["tasks"][t]["accuracy"], 3) for t in n}, flush=True)
     best, rule = pick(grid, tie)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"split": "val", "n": n, "slack": args.slack, "tie": tie, "ar": ar, "grid": grid,
                                           "best": best, "rule": rule}, indent=1) + "\n")
-    print(f"best ({rule}):", json.dumps({k: best[k] for k in ("window", "tau", "lambda", "stop_by_ar", "tokens_per_forward",
+    print(f"best ({rule}):", json.dumps({k: best[k] for k in ("window", "tau", "lambda", "stop_by_ar", "stop_in_run", "tokens_per_forward",
                                                               "worst_loss")}))
     if args.write:
         path = Path(args.model) / "generation_config.json"
         gen = json.loads(path.read_text())
         gen.update(wedlm_window_size=best["window"], wedlm_entropy_threshold=best["tau"],
-                   wedlm_pos_penalty_factor=best["lambda"], wedlm_stop_by_ar=best["stop_by_ar"])
+                   wedlm_pos_penalty_factor=best["lambda"], wedlm_stop_by_ar=best["stop_by_ar"],
+                   wedlm_stop_in_run=best["stop_in_run"])
         tmp = path.with_name(".generation_config.json.tmp")
         tmp.write_text(json.dumps(gen, indent=2) + "\n")
         os.replace(tmp, path)

@@ -12,18 +12,27 @@
 #   mkdir -p runs/wedlm-tiny-scratch && nohup bash recipes/wedlm_tiny_scratch.sh > runs/wedlm-tiny-scratch/recipe.log 2>&1 &
 # Then evaluate the export on the test split at the shipped model's decoding defaults:
 #   python recipes/eval_wedlm_tiny.py --model runs/wedlm-tiny-scratch/export --out runs/wedlm-tiny-scratch/eval
+# SCRATCH=2 runs the second trial instead (sessions 27-28): a 4-layer model with one-row steps at
+# a peak of 5e-4, AR 30 minutes (configs/scratch2_ar.yaml) and WeDLM 85 minutes
+# (configs/scratch2_wedlm.yaml), into runs/wedlm-tiny-scratch2 (docs/training.md, "From scratch in
+# two hours: a second trial").
 set -euo pipefail
 cd "$(dirname "$0")/.."
-RUN=runs/wedlm-tiny-scratch
+V=${SCRATCH:-1}
+case "$V" in
+  1) RUN=runs/wedlm-tiny-scratch; AR=configs/scratch_ar.yaml; WD=configs/scratch_wedlm.yaml ;;
+  2) RUN=runs/wedlm-tiny-scratch2; AR=configs/scratch2_ar.yaml; WD=configs/scratch2_wedlm.yaml ;;
+  *) echo "SCRATCH must be 1 or 2, got $V" >&2; exit 2 ;;
+esac
 mkdir -p "$RUN" data/scratch
 PY=${PYTHON:-python}
 
 source recipes/stages.sh  # stage, mix_stage
 
-mix_stage ar configs/scratch_ar.yaml data/scratch/s1.jsonl \
+mix_stage ar "$AR" data/scratch/s1.jsonl \
   '{"seed": 40, "simple": {"6": 40000}, "simple_forms": {"6": 10000}, "replay": {"count": 8000, "addsub": 20000, "listops": 20000}}'
 [ -f "$RUN/ar-wedlm/config.json" ] || stage convert $PY -m wedlm.cli.main convert "$RUN/ar/final" "$RUN/ar-wedlm"
-mix_stage wedlm configs/scratch_wedlm.yaml data/scratch/s2.jsonl \
+mix_stage wedlm "$WD" data/scratch/s2.jsonl \
   '{"seed": 41, "distractor": {"30": 12000}, "distractor2": {"50": 8000}, "carry": {"20": 8000}, "simple_forms": {"6": 10000}, "replay": {"count": 8000, "addsub": 12000, "listops": 10000}}'
 [ -f "$RUN/export/config.json" ] || stage export $PY -m wedlm.train.export "$RUN/wedlm/final" "$RUN/export"
 cp models/wedlm-tiny/{generation_config,tokenizer,tokenizer_config,special_tokens_map}.json "$RUN/export/"  # the shipped decoding defaults and the tokenizer it trained with

@@ -260,14 +260,16 @@ def test_a_loss_of_exactly_the_slack_is_within_it():
 def test_settings_take_pairs_instead_of_the_grid():
     from recipes.tune_decoding import settings
 
-    assert settings("16", "0.1,0.2", "0.02") == [(16, 0.1, 0.02, False), (16, 0.2, 0.02, False)]
+    assert settings("16", "0.1,0.2", "0.02") == [(16, 0.1, 0.02, False, False), (16, 0.2, 0.02, False, False)]
     assert settings("16,32", "0.1", "0.02", "0.05:0.004,0.1:0.008") == [
-        (16, 0.05, 0.004, False), (16, 0.1, 0.008, False), (32, 0.05, 0.004, False), (32, 0.1, 0.008, False)]
-    assert settings("16", "0.1", "0.02", "0.2:0.015", "0,1") == [(16, 0.2, 0.015, False), (16, 0.2, 0.015, True)]
+        (16, 0.05, 0.004, False, False), (16, 0.1, 0.008, False, False), (32, 0.05, 0.004, False, False),
+        (32, 0.1, 0.008, False, False)]
+    assert settings("16", "0.1", "0.02", "0.2:0.015", "0,1,run") == [
+        (16, 0.2, 0.015, False, False), (16, 0.2, 0.015, True, False), (16, 0.2, 0.015, True, True)]
     for bad in ("0.1", "a:0.02", "0.1:"):
         with pytest.raises(ValueError, match=f"--pairs.*{bad!r}"):
             settings("16", "0.1", "0.02", bad)
-    with pytest.raises(ValueError, match="--stop-by-ar: expected 0 or 1, got 'yes'"):
+    with pytest.raises(ValueError, match="--stop-by-ar: expected 0, 1 or run, got 'yes'"):
         settings("16", "0.1", "0.02", None, "0,yes")
 
 

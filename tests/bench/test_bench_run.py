@@ -30,7 +30,7 @@ def bench(ckpt_factory):
 def test_top_level_schema(bench):
     cfg, result = bench
     assert tuple(result) == SCHEMA_KEYS
-    assert result["schema"] == "wedlm-bench/1" and result["stop_by_ar"] is False  # the test checkpoint: Algorithm 1
+    assert result["schema"] == "wedlm-bench/1" and result["stop_by_ar"] is False and result["stop_in_run"] is False  # the test checkpoint: Algorithm 1
     assert result["command"] == "wedlm bench --test"
     assert result["machine"]["torch"] and result["machine"]["transformers"]
     assert "torch" in result["machine_line"] and "Python" in result["machine_line"]

@@ -110,3 +110,14 @@ def test_chat_flag_without_a_chat_template_is_a_usage_error(cli_model, tmp_path,
         (folder / name).unlink(missing_ok=True)
     assert main(["generate", "--model", str(folder), "--max-model-len", "64", "x", "--chat"]) == 2
     assert "chat template" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, by_ar, in_run", [
+    ([], None, None), (["--stop-by-ar", "--stop-in-run"], True, True), (["--no-stop-in-run"], None, False)])
+def test_stop_rule_flags_reach_sampling_params(flags, by_ar, in_run):
+    from wedlm.cli.options import sampling_params_from_args
+    from wedlm.engine.sampling_params import MODEL_DEFAULT
+
+    p = sampling_params_from_args(build_parser().parse_args(["generate", "--model", "m", "hi", *flags]))
+    assert p.wedlm_stop_by_ar is (MODEL_DEFAULT if by_ar is None else by_ar)
+    assert p.wedlm_stop_in_run is (MODEL_DEFAULT if in_run is None else in_run)

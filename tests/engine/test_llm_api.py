@@ -90,13 +90,14 @@ def test_generation_config_supplies_model_defaults(tiny_path, tmp_path):
     shutil.copytree(tiny_path, folder)
     (folder / "generation_config.json").write_text(json.dumps(
         {"wedlm_window_size": 6, "wedlm_entropy_threshold": 0.7, "wedlm_pos_penalty_factor": 0.1,
-         "wedlm_stop_by_ar": True}))
+         "wedlm_stop_by_ar": True, "wedlm_stop_in_run": True}))
     llm = LLM(str(folder), kv_block_size=4, device="cpu")
     rid = llm.add_request([1, 2, 3], SamplingParams(temperature=0, max_tokens=30))
     seq = llm.engine.seqs[rid]
     assert seq.window_size == 6 and len(seq.window) == 6
     assert (seq.params.wedlm_entropy_threshold, seq.params.wedlm_pos_penalty_factor) == (0.7, 0.1)
     assert seq.params.wedlm_stop_by_ar is True and llm.decoding_defaults["wedlm_stop_by_ar"] is True
+    assert seq.params.wedlm_stop_in_run is True and llm.decoding_defaults["wedlm_stop_in_run"] is True
     explicit = llm.add_request([1, 2], SamplingParams(wedlm_entropy_threshold=0.2, window_size=3))
     assert llm.engine.seqs[explicit].params.wedlm_entropy_threshold == 0.2
     assert llm.engine.seqs[explicit].window_size == 3
@@ -120,6 +121,7 @@ def test_numpy_and_tuple_token_ids_are_prompts(llm):
     ({"wedlm_entropy_threshold": -1}, "wedlm_entropy_threshold must be >= 0"),
     ({"wedlm_pos_penalty_factor": "x"}, "wedlm_pos_penalty_factor must be"),
     ({"wedlm_stop_by_ar": 1}, "wedlm_stop_by_ar must be true or false, got 1"),
+    ({"wedlm_stop_in_run": "yes"}, "wedlm_stop_in_run must be true or false, got 'yes'"),
 ])
 def test_bad_generation_config_is_refused_at_load_not_a_hang(tiny_path, tmp_path, bad, message):
     """A window of 0 in generation_config.json used to stall every request forever."""

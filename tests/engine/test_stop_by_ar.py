@@ -129,3 +129,41 @@ def test_validation_and_model_default():
     assert SamplingParams().resolve().wedlm_stop_by_ar is False
     assert SamplingParams().resolve({"wedlm_stop_by_ar": True}).wedlm_stop_by_ar is True
     assert SamplingParams(wedlm_stop_by_ar=False).resolve({"wedlm_stop_by_ar": True}).wedlm_stop_by_ar is False
+
+
+def test_stop_in_run_lets_a_stop_close_a_run_filled_in_the_same_forward():
+    # AR row for slot 0 (4), mask rows: slot 1 (5), slot 2 (stop), slot 3 (stop); all confident
+    logits = one_hot_logits([4, 5, 2, 2])
+    seq = seq_with([None] * 4, wedlm_entropy_threshold=1.0, wedlm_pos_penalty_factor=0.0, wedlm_stop_in_run=True)
+    fill_masks(seq, [0, 1, 2, 3], logits, ar_first=True)
+    assert seq.window == [4, 5, 2, None]  # the stop after the run is kept; nothing after the first stop
+    strict = seq_with([None] * 4, wedlm_entropy_threshold=1.0, wedlm_pos_penalty_factor=0.0)
+    fill_masks(strict, [0, 1, 2, 3], logits, ar_first=True)
+    assert strict.window == [4, 5, None, None]  # stop_by_ar alone: no mask row ends the answer
+
+
+def test_stop_in_run_refuses_a_stop_behind_a_gap():
+    # slot 1's row is uniform (entropy log 8 > tau): not filled, so slot 2's stop sits behind a gap
+    logits = one_hot_logits([4, 5, 2, 6])
+    logits[1] = 0.0
+    seq = seq_with([None] * 4, wedlm_entropy_threshold=1.0, wedlm_pos_penalty_factor=0.0, wedlm_stop_in_run=True)
+    fill_masks(seq, [0, 1, 2, 3], logits, ar_first=True)
+    assert seq.window == [4, None, None, 6]
+
+
+def test_stop_in_run_counts_slots_filled_in_earlier_steps_as_part_of_the_run():
+    # window [m, 11, m, m]: masks are slots 0, 2, 3; AR row fills slot 0, mask row fills slot 2,
+    # and slot 3's stop closes the run 0..3 (slot 1 was filled by an earlier step)
+    seq = seq_with([None, 11, None, None], wedlm_entropy_threshold=1.0, wedlm_pos_penalty_factor=0.0,
+                   wedlm_stop_in_run=True)
+    fill_masks(seq, [0, 2, 3], one_hot_logits([4, 5, 2]), ar_first=True)
+    assert seq.window == [4, 11, 5, 2]
+
+
+def test_stop_in_run_validation_and_model_default():
+    with pytest.raises(RequestError, match="^wedlm_stop_in_run must be a bool") as info:
+        SamplingParams(wedlm_stop_in_run="yes")
+    assert info.value.param == "wedlm_stop_in_run"
+    assert SamplingParams().resolve().wedlm_stop_in_run is False
+    assert SamplingParams().resolve({"wedlm_stop_in_run": True}).wedlm_stop_in_run is True
+    assert SamplingParams(wedlm_stop_in_run=False).resolve({"wedlm_stop_in_run": True}).wedlm_stop_in_run is False

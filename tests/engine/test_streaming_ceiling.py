@@ -105,3 +105,45 @@ def test_forwards_of_the_demo_answer_match_the_bound(tau, lam, m):
     per_forward = run(16, tau=tau, lam=lam, n_out=891)
     assert len(per_forward) == fewest_forwards(891, 16, m)
     assert len(per_forward) == {5: 179, 10: 112}.get(m, 111)
+
+
+STOP = 30
+
+
+def run_to_stop(window: int, tau: float, lam: float, n_answer: int, **stops) -> int:
+    """Forwards to decode an answer of n_answer oracle tokens followed by a stop token (every
+    position after the answer says STOP), greedy; `stops`: wedlm_stop_by_ar / wedlm_stop_in_run."""
+    params = SamplingParams(temperature=0, max_tokens=2 * n_answer, wedlm_entropy_threshold=tau,
+                            wedlm_pos_penalty_factor=lam, **stops).resolve()
+    prompt = [target(p) for p in range(5)]
+    end = len(prompt) + n_answer  # the stop's logical position
+    seq = Sequence("r", list(prompt), len(prompt), params, len(prompt) + 2 * n_answer, window,
+                   stop_ids=frozenset({STOP}))
+    dec = StreamingDecoder(MASK)
+    dec.init(seq)
+    for forwards in range(1, 2 * n_answer + 2):
+        plan = dec.plan(seq)
+        k = next((i for i, t in enumerate(seq.window) if t is None), len(seq.window))
+        slots = ([k] if plan.anchor else []) + plan.row_slots  # the window slot each logits row predicts
+        wanted = [target(p) if p < end else STOP for p in (len(seq.tokens) + s for s in slots)]
+        logits = torch.full((len(slots), VOCAB), -1e4)
+        logits[torch.arange(len(slots)), torch.tensor(wanted, dtype=torch.long)] = 0.0
+        res = dec.update(seq, plan, logits, logits.argmax(-1).tolist())
+        seq.tokens += res.committed
+        if STOP in res.committed:
+            out = seq.output_ids  # the engine ends the request at the first stop of a committed run
+            assert out[:out.index(STOP) + 1] == [target(p) for p in range(5, end)] + [STOP]
+            return forwards
+    raise AssertionError("no stop")
+
+
+def test_a_stop_closing_a_run_saves_the_forward_that_stops_by_the_ar_head_cost():
+    """The demo's 890 answer tokens and its stop at W = 16, m = ceil(0.15 / 0.0125) = 12 fills per
+    forward: Algorithm 1 and `wedlm_stop_in_run` fill the stop with the last digits (111 forwards,
+    the bound for 891 tokens); stops by the AR head alone wait one forward for the AR row (112)."""
+    assert fewest_forwards(891, 16, 12) == 111
+    assert run_to_stop(16, 0.15, 0.0125, 890) == 111
+    assert run_to_stop(16, 0.15, 0.0125, 890, wedlm_stop_by_ar=True) == 112
+    assert run_to_stop(16, 0.15, 0.0125, 890, wedlm_stop_by_ar=True, wedlm_stop_in_run=True) == 111
+    # stop_in_run without stop_by_ar changes nothing: any mask may stop already
+    assert run_to_stop(16, 0.15, 0.0125, 890, wedlm_stop_in_run=True) == 111

@@ -51,6 +51,7 @@ CASES = [
     ("negative tau", CHAT, chat(wedlm_entropy_threshold=-1), "wedlm_entropy_threshold"),
     ("negative lambda", COMPLETIONS, completion(wedlm_pos_penalty_factor=-0.1), "wedlm_pos_penalty_factor"),
     ("numeric stop_by_ar", CHAT, chat(wedlm_stop_by_ar=1), "wedlm_stop_by_ar"),
+    ("string stop_in_run", COMPLETIONS, completion(wedlm_stop_in_run="yes"), "wedlm_stop_in_run"),
     ("string temperature", CHAT, chat(temperature="hot"), "temperature"),
     ("n too large", COMPLETIONS, completion(n=1000), "n"),
     ("boolean temperature", COMPLETIONS, completion(temperature=True), "temperature"),

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-SCHEMA_KEYS = ("schema", "command", "created", "model", "machine", "machine_line", "stop_by_ar", "engine", "config",
+SCHEMA_KEYS = ("schema", "command", "created", "model", "machine", "machine_line", "stop_by_ar", "stop_in_run", "engine", "config",
                "systems", "tasks", "results", "trace", "elapsed_s")
 RESULT_KEYS = ("task", "batch_size", "system", "kind", "decoding", "tau", "lam", "items",
                "tokens_per_s", "wall_s", "tokens_per_forward", "p_cache", "ttft_s", "decode_tokens",
@@ -110,7 +110,9 @@ def markdown(result: dict, img_dir: str = "img") -> str:
              *([f"- engine forward: {result['engine']['precision']}; {result['engine']['matmuls']}"]
                if result.get("engine") else []),
              f"- model: `{result['model']}`; greedy decoding; window W={cfg['window_size']}; "
-             + ("`wedlm` rows with stops decided by the AR head (the model's `wedlm_stop_by_ar`); "
+             + ("`wedlm` rows with stops decided by the AR head (the model's `wedlm_stop_by_ar`"
+                + (", and a stop that closes a run filled in one forward: `wedlm_stop_in_run`"
+                   if result.get("stop_in_run") else "") + "); "
                 if result.get("stop_by_ar") else "") +
              f"{cfg['repeats']} timed repeat(s) after a warm-up; run took {result['elapsed_s']:.0f} s",
              f"- created: {result['created']}", "",

@@ -210,6 +210,7 @@ def run_bench(cfg: BenchConfig, llm=None, hf=None) -> dict:
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "model": cfg.model, "machine": info, "machine_line": machine_line(info),
             "stop_by_ar": llm.decoding_defaults["wedlm_stop_by_ar"],  # what the wedlm rows decode with
+            "stop_in_run": llm.decoding_defaults["wedlm_stop_in_run"],
             "engine": {"precision": llm.engine.precision, "matmuls": llm.engine.matmuls},  # what the forward ran
             "config": _config_dict(cfg),
             "systems": [{"name": s.name, **asdict(s.spec)} for s in systems],

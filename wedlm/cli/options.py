@@ -95,6 +95,9 @@ def add_sampling_args(parser: argparse.ArgumentParser, max_tokens: int | None = 
     group.add_argument("--stop-by-ar", action=argparse.BooleanOptionalAction, default=None,
                        help="wedlm decoding: fill the leftmost mask from the AR head each step and let only it "
                             "end the answer; default: the model's generation_config.json, else off")
+    group.add_argument("--stop-in-run", action=argparse.BooleanOptionalAction, default=None,
+                       help="with --stop-by-ar: a mask may also end the answer when every mask to its left is "
+                            "filled in the same forward; default: the model's generation_config.json, else off")
     group.add_argument("--temperature", type=float, default=None,
                        help="0 = greedy; default: the library's (0.2)")
     group.add_argument("--top-p", type=float, default=None, help="nucleus sampling mass in [0, 1] (0 = only the most likely token)")
@@ -140,7 +143,8 @@ def sampling_params_from_args(args: argparse.Namespace) -> Any:
     fields = {"decoding": args.decoding, "wedlm_entropy_threshold": args.threshold,
               "wedlm_pos_penalty_factor": args.penalty, "temperature": args.temperature,
               "top_p": args.top_p, "top_k": args.top_k, "max_tokens": args.max_tokens,
-              "stop": args.stop, "seed": args.seed, "wedlm_stop_by_ar": args.stop_by_ar}
+              "stop": args.stop, "seed": args.seed, "wedlm_stop_by_ar": args.stop_by_ar,
+              "wedlm_stop_in_run": args.stop_in_run}
     kwargs = {k: v for k, v in fields.items() if v is not None}
     if args.ignore_eos:
         kwargs["ignore_eos"] = True

@@ -4,7 +4,7 @@ The defaults are the released WeDLM code's (window W = 16, entropy threshold
 tau = 0.4, distance penalty lambda = 0.02; docs/method.md, "Streaming parallel
 decoding"). A model folder may recommend its own in generation_config.json
 (`wedlm_window_size`, `wedlm_entropy_threshold`, `wedlm_pos_penalty_factor`, and this engine's
-`wedlm_stop_by_ar`, off unless the model asks for it);
+`wedlm_stop_by_ar` and `wedlm_stop_in_run`, off unless the model asks for them);
 `model_decoding_defaults` reads and checks them, and every caller that needs
 "the model's tau" goes through it instead of restating a number. No torch here:
 the server's schemas and the CLI parsers import this module.
@@ -24,8 +24,9 @@ DEFAULT_WINDOW = 16
 DEFAULT_ENTROPY_THRESHOLD = 0.4
 DEFAULT_POS_PENALTY = 0.02
 DEFAULT_STOP_BY_AR = False  # Algorithm 1 as published: any mask may fill a stop token
+DEFAULT_STOP_IN_RUN = False  # with stop_by_ar: no mask row may end the answer
 GENERATION_DEFAULT_KEYS = ("wedlm_window_size", "wedlm_entropy_threshold", "wedlm_pos_penalty_factor",
-                           "wedlm_stop_by_ar")
+                           "wedlm_stop_by_ar", "wedlm_stop_in_run")
 
 
 def generation_defaults(path: str | Path) -> dict:
@@ -35,12 +36,12 @@ def generation_defaults(path: str | Path) -> dict:
 
 
 def model_decoding_defaults(path: str | Path) -> dict:
-    """W, tau, lambda and stop_by_ar for a model folder: generation_config.json's values, else
+    """W, tau, lambda, stop_by_ar and stop_in_run for a model folder: generation_config.json's values, else
     the defaults above.
 
     Returns:
         {"wedlm_window_size": int >= 1, "wedlm_entropy_threshold": float >= 0 or None,
-         "wedlm_pos_penalty_factor": float >= 0, "wedlm_stop_by_ar": bool}.
+         "wedlm_pos_penalty_factor": float >= 0, "wedlm_stop_by_ar": bool, "wedlm_stop_in_run": bool}.
 
     Raises:
         ValueError: a value in generation_config.json out of range, naming the file and key
@@ -60,9 +61,13 @@ def model_decoding_defaults(path: str | Path) -> dict:
     stop_by_ar = raw.get("wedlm_stop_by_ar", DEFAULT_STOP_BY_AR)
     if not isinstance(stop_by_ar, bool):
         raise ValueError(f"{source}: wedlm_stop_by_ar must be true or false, got {stop_by_ar!r}")
+    stop_in_run = raw.get("wedlm_stop_in_run", DEFAULT_STOP_IN_RUN)
+    if not isinstance(stop_in_run, bool):
+        raise ValueError(f"{source}: wedlm_stop_in_run must be true or false, got {stop_in_run!r}")
     return {"wedlm_window_size": int(window),
             "wedlm_entropy_threshold": None if tau is None else float(tau),
-            "wedlm_pos_penalty_factor": float(lam), "wedlm_stop_by_ar": stop_by_ar}
+            "wedlm_pos_penalty_factor": float(lam), "wedlm_stop_by_ar": stop_by_ar,
+            "wedlm_stop_in_run": stop_in_run}
 
 
 def _real_at_least_zero(value, allow_inf: bool) -> bool:
@@ -71,5 +76,5 @@ def _real_at_least_zero(value, allow_inf: bool) -> bool:
     return value >= 0 and (allow_inf or value < math.inf)
 
 
-__all__ = ["DECODERS", "DEFAULT_ENTROPY_THRESHOLD", "DEFAULT_POS_PENALTY", "DEFAULT_STOP_BY_AR", "DEFAULT_WINDOW", "FALLBACKS",
+__all__ = ["DECODERS", "DEFAULT_ENTROPY_THRESHOLD", "DEFAULT_POS_PENALTY", "DEFAULT_STOP_BY_AR", "DEFAULT_STOP_IN_RUN", "DEFAULT_WINDOW", "FALLBACKS",
            "GENERATION_DEFAULT_KEYS", "generation_defaults", "model_decoding_defaults"]

@@ -16,7 +16,7 @@ import math
 import numbers
 from dataclasses import dataclass, field
 
-from .defaults import DECODERS, DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY, DEFAULT_STOP_BY_AR, FALLBACKS
+from .defaults import DECODERS, DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY, DEFAULT_STOP_BY_AR, DEFAULT_STOP_IN_RUN, FALLBACKS
 from .errors import RequestError
 
 
@@ -63,6 +63,13 @@ class SamplingParams:
             and let no other mask take a stop token, so only the AR head ends an
             answer (`decoders/streaming.py`). False = Algorithm 1 as published;
             default: the model's generation_config.json, else False.
+        wedlm_stop_in_run: with `wedlm_stop_by_ar`, a mask row may also end the
+            answer when every mask to its left is filled in the same forward
+            (the stop closes a contiguous run up to the committed text), so an
+            answer's last tokens and its stop can fill in one forward instead of
+            the stop waiting one more (docs/method.md, "The ceiling"). No effect
+            without `wedlm_stop_by_ar`; default: the model's
+            generation_config.json, else False.
         decoding: "wedlm" (Streaming Parallel Decoding), "ar", "blockwise" or
             "verified" (lossless: drafts verified by the AR head).
         window_size: per-request window W; None = the engine's.
@@ -84,6 +91,7 @@ class SamplingParams:
     wedlm_pos_penalty_factor: float | _ModelDefault = MODEL_DEFAULT
     wedlm_fallback: str = "leftmost"
     wedlm_stop_by_ar: bool | _ModelDefault = MODEL_DEFAULT
+    wedlm_stop_in_run: bool | _ModelDefault = MODEL_DEFAULT
     decoding: str = "wedlm"
     window_size: int | None = None
     seed: int | None = None
@@ -101,6 +109,8 @@ class SamplingParams:
                f"wedlm_fallback must be one of {FALLBACKS}, got {self.wedlm_fallback!r}")
         _check(self.wedlm_stop_by_ar is MODEL_DEFAULT or isinstance(self.wedlm_stop_by_ar, bool),
                "wedlm_stop_by_ar", f"wedlm_stop_by_ar must be a bool, got {self.wedlm_stop_by_ar!r}")
+        _check(self.wedlm_stop_in_run is MODEL_DEFAULT or isinstance(self.wedlm_stop_in_run, bool),
+               "wedlm_stop_in_run", f"wedlm_stop_in_run must be a bool, got {self.wedlm_stop_in_run!r}")
         if self.window_size is not None:
             self.window_size = _integer("window_size", self.window_size, ">= 1", lambda v: v >= 1)
         tau = self.wedlm_entropy_threshold
@@ -145,6 +155,8 @@ class SamplingParams:
             changes["wedlm_pos_penalty_factor"] = defaults.get("wedlm_pos_penalty_factor", DEFAULT_POS_PENALTY)
         if self.wedlm_stop_by_ar is MODEL_DEFAULT:
             changes["wedlm_stop_by_ar"] = defaults.get("wedlm_stop_by_ar", DEFAULT_STOP_BY_AR)
+        if self.wedlm_stop_in_run is MODEL_DEFAULT:
+            changes["wedlm_stop_in_run"] = defaults.get("wedlm_stop_in_run", DEFAULT_STOP_IN_RUN)
         return dataclasses.replace(self, **changes)  # validates the model's values too
 
 

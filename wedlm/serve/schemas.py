@@ -2,7 +2,7 @@
 
 The models follow OpenAI's `/v1/completions` and `/v1/chat/completions` fields and also
 accept the WeDLM knobs as extra body fields (`decoding`, `window_size`,
-`wedlm_entropy_threshold`, `wedlm_pos_penalty_factor`, `wedlm_stop_by_ar`, `top_k`, `stop_token_ids`,
+`wedlm_entropy_threshold`, `wedlm_pos_penalty_factor`, `wedlm_stop_by_ar`, `wedlm_stop_in_run`, `top_k`, `stop_token_ids`,
 `ignore_eos`, `wedlm_trace`), which the official `openai` client sends through `extra_body`. Unknown
 extra fields are tolerated, as OpenAI-compatible servers usually do. Range checks live
 here so a bad request fails before it reaches the engine, and `param_of` turns a pydantic
@@ -51,6 +51,7 @@ class SamplingFields(BaseModel):
     wedlm_entropy_threshold: float | None = Field(default=None, ge=0.0)
     wedlm_pos_penalty_factor: float | None = Field(default=None, ge=0.0)
     wedlm_stop_by_ar: StrictBool | None = None  # only the AR head ends an answer (`wedlm` decoding)
+    wedlm_stop_in_run: StrictBool | None = None  # with stop_by_ar: a stop closing a run filled in one forward
     ignore_eos: bool = False
     # Adds a `wedlm` object (decode step index, token ids) to every streamed choice.
     wedlm_trace: bool = False
@@ -88,7 +89,8 @@ class SamplingFields(BaseModel):
         """Keyword arguments for `wedlm.SamplingParams`; unset fields keep its defaults."""
         kwargs: dict[str, Any] = {"max_tokens": max_tokens}
         for name in ("temperature", "top_p", "top_k", "seed", "decoding", "window_size",
-                     "wedlm_entropy_threshold", "wedlm_pos_penalty_factor", "wedlm_stop_by_ar", "stop_token_ids"):
+                     "wedlm_entropy_threshold", "wedlm_pos_penalty_factor", "wedlm_stop_by_ar", "wedlm_stop_in_run",
+                     "stop_token_ids"):
             value = getattr(self, name)
             if value is not None:
                 kwargs[name] = value

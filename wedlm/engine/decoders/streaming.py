@@ -85,7 +85,9 @@ def fill_masks(seq: Sequence, slots: list[int], logits: torch.Tensor, scores: Ro
         scores: their batch-wide softmax and entropy (`fill.fill_scores`); None = from `logits`.
         ar_first: row 0 is the AR head's prediction for the leftmost mask (stops decided by
             the AR head): the rule above chooses as usual (row 0 scored like a mask row), that
-            mask is filled in any case, and no other may take a stop token.
+            mask is filled in any case, and no other may take a stop token, unless
+            `wedlm_stop_in_run` is set and every mask to its left is filled in this call (rows
+            0..j-1 all chosen, none of them a stop), so the stop closes a contiguous run.
     """
     if not slots:
         return
@@ -97,10 +99,14 @@ def fill_masks(seq: Sequence, slots: list[int], logits: torch.Tensor, scores: Ro
         chosen = [0] if tau is not None and params.wedlm_fallback == "leftmost" else [int(adjusted.argmin())]
     if ar_first and chosen[0] != 0:  # the rule as usual (row 0 scored from the AR row), plus slot 0
         chosen = [0] + chosen
+    in_run = ar_first and params.wedlm_stop_in_run
+    run = 0  # rows 0..run-1 are filled by this call, none with a stop
     for j, t in zip(chosen, draw(probs[chosen], params, seq.generator)):
-        if ar_first and j > 0 and t in seq.stop_ids:
-            continue  # only the AR head ends the answer
+        if ar_first and j > 0 and t in seq.stop_ids and not (in_run and run == j):
+            continue  # only the AR head (or, with stop_in_run, a stop closing the run) ends the answer
         seq.window[slots[j]] = t
+        if run == j and t not in seq.stop_ids:
+            run += 1
 
 
 def leading_filled(window: list[int | None]) -> int:
