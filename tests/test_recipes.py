@@ -219,11 +219,13 @@ def test_stop_probe_of_an_ar_checkpoint_reads_the_ar_head_only(ckpt_factory):
     assert (_num(None, ".2f"), _num(0.5, ".0%")) == ("-", "50%")
 
 
-@pytest.mark.parametrize("recipe, min_calls", [("wedlm_tiny.sh", 13), ("wedlm_tiny_scratch.sh", 2)])
-def test_recipe_mixes_match_their_config_headers(recipe, min_calls):
-    """Every `mix_stage` of a recipe (the lineage's and the from-scratch one) writes exactly the mix its config's header
-    documents (same --out file, same JSON), and the config trains on that file. bash itself
-    expands each call's arguments (quoting and variables as the recipe would run them)."""
+@pytest.mark.parametrize("recipe, min_calls, variant", [
+    ("wedlm_tiny.sh", 13, None), ("wedlm_tiny_scratch.sh", 2, "1"), ("wedlm_tiny_scratch.sh", 2, "2")])
+def test_recipe_mixes_match_their_config_headers(recipe, min_calls, variant):
+    """Every `mix_stage` of a recipe (the lineage's and the from-scratch one, each SCRATCH variant)
+    writes exactly the mix its config's header documents (same --out file, same JSON), and the
+    config trains on that file. bash itself expands each call's arguments (quoting and variables as
+    the recipe would run them, the variant's `case` block included)."""
     import json
     import re
     import subprocess
@@ -235,11 +237,16 @@ def test_recipe_mixes_match_their_config_headers(recipe, min_calls):
     script = (root / "recipes" / recipe).read_text().replace("\\\n", " ")
     lines = [line.strip() for line in script.splitlines()]
     variables = [line for line in lines if re.match(r"^[A-Z_]+='", line)]
+    if variant is not None:  # the recipe picks its configs in a `case "$V" in ... esac` block
+        start = next(i for i, line in enumerate(lines) if line.startswith("V="))
+        variables = [f"SCRATCH={variant}", *lines[start:lines.index("esac", start) + 1], *variables]
     stub = "\n".join(["mix_stage() { printf '%s\\0' \"$@\"; printf '\\n'; }", *variables,
                       *(line for line in lines if line.startswith("mix_stage "))])
     out = subprocess.run(["bash", "-c", stub], capture_output=True, text=True, check=True).stdout
     calls = [call.split("\0")[:-1] for call in out.split("\n") if call]
-    assert len(calls) >= min_calls and all(len(c) == 4 for c in calls)
+    assert len(calls) >= min_calls and all(len(c) == 4 and c[1] for c in calls)
+    if variant == "2":
+        assert [c[1] for c in calls] == ["configs/scratch2_ar.yaml", "configs/scratch2_wedlm.yaml"]
     for name, config, data, mix in calls:
         text = (root / config).read_text()
         header = " ".join(line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#"))
