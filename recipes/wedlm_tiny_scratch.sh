@@ -12,7 +12,7 @@
 #   mkdir -p runs/wedlm-tiny-scratch && nohup bash recipes/wedlm_tiny_scratch.sh > runs/wedlm-tiny-scratch/recipe.log 2>&1 &
 # Then evaluate the export on the test split at the shipped model's decoding defaults:
 #   python recipes/eval_wedlm_tiny.py --model runs/wedlm-tiny-scratch/export --out runs/wedlm-tiny-scratch/eval
-# SCRATCH=2 runs the second trial instead (sessions 27-28): a 4-layer model with one-row steps at
+# SCRATCH=2 runs the second trial instead (sessions 27-29): a 4-layer model with one-row steps at
 # a peak of 5e-4, AR 30 minutes (configs/scratch2_ar.yaml) and WeDLM 85 minutes
 # (configs/scratch2_wedlm.yaml), into runs/wedlm-tiny-scratch2 (docs/training.md, "From scratch in
 # two hours: a second trial").
