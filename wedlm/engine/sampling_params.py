@@ -3,10 +3,11 @@
 Field names and defaults follow the official `wedlm` package so user code moves
 over unchanged (temperature 0.2, top_p 1.0, top_k 0 = off, max_tokens 64; the
 WeDLM defaults live in `defaults.py`, see docs/method.md). Four WeDLM fields
-(tau, lambda, stop_by_ar, stop_in_run) default to `MODEL_DEFAULT`: the engine replaces them with the values in the
-model folder's generation_config.json when it has them, else with the defaults
-(`resolve`). Everything is validated here so that a bad request fails at
-`add_request` with a `RequestError` (a ValueError) whose `param` names the field.
+(tau, lambda, stop_by_ar, stop_in_run) default to `MODEL_DEFAULT`: the engine
+replaces them with the values in the model folder's generation_config.json when
+it has them, else with the defaults (`resolve`). Everything is validated here so
+that a bad request fails at `add_request` with a `RequestError` (a ValueError)
+whose `param` names the field.
 """
 
 from __future__ import annotations
