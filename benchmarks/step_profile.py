@@ -1,4 +1,4 @@
-"""Where a decode step's time goes: cProfile of `Engine.step` on the shipped model (issue 11).
+"""Where a decode step's time goes: cProfile of `Engine.step` on the shipped model.
 
 Runs greedy decoding (`--decoding`, default wedlm) of `--batch` prompts for `--max-tokens`
 tokens on one thread, under cProfile, and prints the cumulative time per step of each

@@ -124,7 +124,7 @@ def test_numpy_and_tuple_token_ids_are_prompts(llm):
     ({"wedlm_stop_in_run": "yes"}, "wedlm_stop_in_run must be true or false, got 'yes'"),
 ])
 def test_bad_generation_config_is_refused_at_load_not_a_hang(tiny_path, tmp_path, bad, message):
-    """A window of 0 in generation_config.json used to stall every request forever."""
+    """A window of 0 in generation_config.json would stall every request forever: load refuses it."""
     import json
     import shutil
 
