@@ -11,7 +11,7 @@ error into the OpenAI error's `param` (the offending field's name).
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
@@ -107,7 +107,7 @@ class SamplingFields(BaseModel):
         return bool(self.stream_options and self.stream_options.include_usage)
 
 
-PromptType = Union[str, list[str], list[int], list[list[int]]]
+PromptType = str | list[str] | list[int] | list[list[int]]
 
 
 class CompletionRequest(SamplingFields):
