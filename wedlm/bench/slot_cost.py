@@ -202,7 +202,7 @@ def measured_tokens_per_forward(llm, prompts: int, max_tokens: int, window: int)
     from wedlm import SamplingParams
 
     ids = counting_prompts(llm, prompts, max_tokens)
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, decoding="wedlm", window_size=window)
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, decoding="wedlm", wedlm_window_size=window)
     outs = llm.generate(ids, params)
     tokens = sum(o["stats"]["decode_tokens"] for o in outs)
     forwards = sum(o["stats"]["decode_forwards"] for o in outs)

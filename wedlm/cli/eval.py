@@ -41,13 +41,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--decoding", default=None,
                    help="comma-separated decoders to compare: wedlm, ar, blockwise, verified "
                         f"(default: wedlm; {LISTOPS_DECODERS} when listops is among the tasks)")
-    p.add_argument("--threshold", type=float, default=None, metavar="TAU",
+    p.add_argument("--wedlm-entropy-threshold", "--threshold", dest="threshold", type=float, default=None,
+                   metavar="TAU",
                    help="entropy threshold tau (default: the model's generation_config.json, "
                         f"else {DEFAULT_ENTROPY_THRESHOLD})")
-    p.add_argument("--penalty", type=float, default=None, metavar="LAMBDA",
+    p.add_argument("--wedlm-pos-penalty-factor", "--penalty", dest="penalty", type=float, default=None,
+                   metavar="LAMBDA",
                    help="distance penalty lambda (default: the model's generation_config.json, "
                         f"else {DEFAULT_POS_PENALTY})")
-    p.add_argument("--window-size", type=int, default=None, metavar="W", help="decoding window (engine default)")
+    p.add_argument("--wedlm-window-size", "--window-size", dest="window_size", type=int, default=None, metavar="W",
+                   help="decoding window (engine default)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--max-tokens", type=int, default=None, help="override every task's generation budget")
     p.add_argument("--batch-size", type=int, default=8, help="prompts per generate call (default: %(default)s)")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from ..hardware import cpu_has_bf16_units, cpu_prefers_onednn_linear
+from .defaults import check_knob
 
 DEFAULT_MAX_MODEL_LEN = 4096
 CPU_KV_BUDGET_BYTES = 4 << 30
@@ -73,7 +74,9 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         required = ("max_num_seqs", "kv_block_size", "tensor_parallel_size")
-        for name in required + ("window_size", "max_model_len", "max_num_batched_tokens", "num_kv_blocks"):
+        if self.window_size is not None:  # LLM's wedlm_window_size
+            self.window_size = check_knob("wedlm_window_size", self.window_size)
+        for name in required + ("max_model_len", "max_num_batched_tokens", "num_kv_blocks"):
             value = getattr(self, name)
             if value is None and name not in required:
                 continue
