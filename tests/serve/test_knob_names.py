@@ -76,3 +76,13 @@ def test_generation_config_is_checked_by_the_same_function(tiny_wedlm, tmp_path)
         LLM(str(folder), device="cpu")
     assert str(err.value) == (f"{folder}/generation_config.json: "
                               "wedlm_pos_penalty_factor must be >= 0 and finite, got -0.5")
+
+
+@pytest.mark.parametrize("argv", [
+    ["generate", "x", "--threshold", "-0.5"], ["chat", "--threshold", "-0.5"],
+    ["eval", "--wedlm-entropy-threshold", "-0.5"], ["bench", "--taus", "0.4,-0.5"],
+])
+def test_every_command_refuses_a_bad_threshold_with_the_library_message(tiny_wedlm, capsys, argv):
+    assert main([argv[0], "--model", str(tiny_wedlm), *argv[1:]]) == 2
+    err = capsys.readouterr().err
+    assert err == f"wedlm {argv[0]}: error: wedlm_entropy_threshold must be >= 0 or None, got -0.5\n"

@@ -12,7 +12,7 @@ import shlex
 import sys
 
 from ..engine.defaults import DEFAULT_ENTROPY_THRESHOLD
-from .options import add_runtime_args, add_speed_args, apply_threads, default_model
+from .options import add_runtime_args, add_speed_args, apply_threads, bad_knob_option, default_model
 
 EXAMPLES = """examples:
   wedlm bench --quick                      # about a minute on a laptop CPU
@@ -141,6 +141,8 @@ def run(args: argparse.Namespace) -> int:
     from wedlm.bench.report import targets, write_report
     from wedlm.bench.runner import run_bench
 
+    if bad_knob_option(args, "bench"):
+        return 2
     apply_threads(args)
     if args.slot_cost:
         return run_slot_cost_section(args)

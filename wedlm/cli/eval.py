@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from ..engine.defaults import DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY
-from .options import add_runtime_args, apply_threads, default_model
+from .options import add_runtime_args, apply_threads, bad_knob_option, default_model
 
 TASKS_HELP = ("comma-separated: counting, sequence, arithmetic, equation (held-out synthetic suites), "
               "humaneval, gsm8k (needs --gsm8k-file), math (needs --math-file), "
@@ -171,6 +171,8 @@ def run(args: argparse.Namespace) -> int:
     from wedlm.evaluate.machine import machine_info, machine_line
     from wedlm.evaluate.runner import evaluate
 
+    if bad_knob_option(args, "eval"):
+        return 2
     apply_threads(args)
     configs = decode_configs(args)
     tasks = build_tasks(args)

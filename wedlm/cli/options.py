@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..engine.defaults import DECODERS, DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY
+from ..engine.defaults import DECODERS, DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY, check_knob
 
 DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "models" / "wedlm-tiny"
 
@@ -116,6 +116,28 @@ def add_sampling_args(parser: argparse.ArgumentParser, max_tokens: int | None = 
                        help="stop string (repeatable); the text ends before it")
     group.add_argument("--seed", type=int, default=None, help="per-request sampling seed")
     group.add_argument("--ignore-eos", action="store_true", help="keep generating past the model's stop tokens")
+
+
+# argparse dest -> the WeDLM knob it sets (single values, or the sweep lists of `wedlm bench`)
+KNOB_OPTIONS = {"window_size": "wedlm_window_size", "threshold": "wedlm_entropy_threshold",
+                "penalty": "wedlm_pos_penalty_factor", "taus": "wedlm_entropy_threshold",
+                "blockwise_taus": "wedlm_entropy_threshold", "lambda_tau": "wedlm_entropy_threshold",
+                "lambdas": "wedlm_pos_penalty_factor"}
+
+
+def bad_knob_option(args: argparse.Namespace, command: str) -> bool:
+    """True after printing `wedlm COMMAND: error: ...` when a WeDLM knob option is out of range
+    (the library's own check, `check_knob`, so the message is the library's)."""
+    for dest, knob in KNOB_OPTIONS.items():
+        value = getattr(args, dest, None)
+        for v in value if isinstance(value, (tuple, list)) else [value]:
+            try:
+                if v is not None:
+                    check_knob(knob, v)
+            except ValueError as err:
+                print(f"wedlm {command}: error: {err}", file=sys.stderr)
+                return True
+    return False
 
 
 def build_llm(args: argparse.Namespace) -> Any:
