@@ -30,7 +30,7 @@ class EngineConfig:
 
     Attributes:
         model: checkpoint folder.
-        window_size: WeDLM window W; None = generation_config.json's
+        window_size: WeDLM window W (`LLM`'s `wedlm_window_size`); None = generation_config.json's
             `wedlm_window_size`, else `defaults.DEFAULT_WINDOW`.
         max_model_len: context limit (prompt + output); None = min(4096,
             max_position_embeddings).
