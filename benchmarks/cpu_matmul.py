@@ -70,9 +70,10 @@ def main() -> None:
         model = [0.0, 0.0]  # the whole model: BLAS, the engine's rule
         for name, w in weights.items():
             x, wp = torch.randn(rows, w.shape[1], generator=gen), packed[name]
-            times = median_us([lambda: F.linear(x, w),
-                               lambda: torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], ""),
-                               lambda: torch.ops.mkldnn._linear_pointwise(x, wp, None, "none", [], "")], a.repeats)
+            times = median_us([lambda x=x, w=w: F.linear(x, w),
+                               lambda x=x, w=w: torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], ""),
+                               lambda x=x, wp=wp: torch.ops.mkldnn._linear_pointwise(x, wp, None, "none", [], "")],
+                              a.repeats)
             want = F.linear(x, w)
             diff = max((want - torch.ops.mkldnn._linear_pointwise(x, u, None, "none", [], "")).abs().max().item()
                        for u in (w, wp))

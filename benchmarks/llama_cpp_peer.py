@@ -164,7 +164,6 @@ def llama_run(llm, prompt: list[int], max_tokens: int, stops: set[int]) -> dict:
     ctx = llm._ctx.ctx  # the raw llama_context the perf counters take (llama-cpp-python 0.3 keeps it here)
     llama_cpp.llama_perf_context_reset(ctx)
     out, first_at = [], None
-    t0 = time.perf_counter()
     for tok in llm.generate(prompt, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True):
         if first_at is None:
             first_at = time.perf_counter()

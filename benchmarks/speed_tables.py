@@ -3,11 +3,11 @@
     python benchmarks/speed_tables.py OUT
     python benchmarks/speed_tables.py --run "BLAS=DIR1" --run "oneDNN=DIR2" --plot ratios.png
 
-Reads OUT/eager/benchmarks.json and OUT/compiled/benchmarks.json (two `wedlm bench` runs of
-the session) and prints, per task and batch size, tokens/s of transformers `generate`, engine
-`ar`, `wedlm` and `verified`, and engine `ar` / transformers within each run (the ratio the
-speed targets are stated in; each run has its own transformers column, so load drifts between
-the runs cancel in the ratios). Then OUT/times.txt (wall clock of each part) when present.
+Reads OUT/eager/benchmarks.json and OUT/compiled/benchmarks.json (the two `wedlm bench`
+runs of scripts/cpu_speed.sh) and prints, per task and batch size, tokens/s of transformers
+`generate`, engine `ar`, `wedlm` and `verified`, and engine `ar` / transformers within each
+run (the ratio the speed targets are stated in; each run has its own transformers column, so
+load drifts between the runs cancel in the ratios). Then OUT/times.txt (wall clock of each part) when present.
 `--run LABEL=DIR` (repeatable) names the runs instead (DIR holds benchmarks.json); `--plot`
 also draws engine `ar` / transformers and `wedlm` / transformers per task and batch size, one bar
 per run.
@@ -90,7 +90,7 @@ def plot(runs: dict[str, dict], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("out", type=Path, nargs="?", help="a scripts/speed_session.sh folder (eager/, compiled/)")
+    p.add_argument("out", type=Path, nargs="?", help="a scripts/cpu_speed.sh folder (eager/, compiled/)")
     p.add_argument("--run", action="append", default=[], metavar="LABEL=DIR", help="a named wedlm bench --out-dir")
     p.add_argument("--plot", type=Path, default=None, help="also write the ratio plot (PNG) here")
     args = p.parse_args(argv)

@@ -1,4 +1,4 @@
-"""Where a decode step's time goes: cProfile of `Engine.step` on the shipped model (issue 11).
+"""Where a decode step's time goes: cProfile of `Engine.step` on the shipped model.
 
 Runs greedy decoding (`--decoding`, default wedlm) of `--batch` prompts for `--max-tokens`
 tokens on one thread, under cProfile, and prints the cumulative time per step of each
@@ -82,7 +82,7 @@ def profile(model: str, batch: int, max_tokens: int, decoding: str, compiled: bo
         out["compile_s"] = runner.compiled.compile_s
     for label, names, where in PARTS:
         total = 0.0
-        for (path, _, name), (_, _, _, cumtime, callers) in stats.items():
+        for (path, _, name), (_, _, _, cumtime, _callers) in stats.items():
             path = path.replace(os.sep, "/")
             if name in names and where in path and "/wedlm/" in path:
                 total += cumtime

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check of the engine (issue 11), usable as-is on any machine with CUDA:
+# GPU check of the engine, usable as-is on any machine with CUDA:
 #   1. the `gpu`-marked tests (compiled forward with CUDA graphs vs eager on CUDA; the
 #      tensor-parallel N=2 equality test, tests/engine/test_tensor_parallel_gpu.py, when
 #      2 GPUs are visible: it skips itself otherwise);

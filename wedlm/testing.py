@@ -17,14 +17,14 @@ import torch
 
 TINY = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512)
-# About 6M and 29M parameters (MEDIUM_40M: the engine benchmark's "40M" size of issue 3).
+# About 6M and 29M parameters (MEDIUM_40M keeps the "40M" name the engine benchmarks report it under).
 SMALL_6M = dict(vocab_size=4096, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
                 num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=2048,
                 tie_word_embeddings=True)
 MEDIUM_40M = dict(vocab_size=8192, hidden_size=512, intermediate_size=1536, num_hidden_layers=8,
                   num_attention_heads=8, num_key_value_heads=4, head_dim=64, max_position_embeddings=2048,
                   tie_word_embeddings=True)
-# About 158M parameters (issue 11's slot-cost curve): 12 layers of width 1024.
+# About 158M parameters (the slot-cost curve's largest shape): 12 layers of width 1024.
 LARGE_150M = dict(vocab_size=16384, hidden_size=1024, intermediate_size=2816, num_hidden_layers=12,
                   num_attention_heads=16, num_key_value_heads=8, head_dim=64, max_position_embeddings=4096,
                   tie_word_embeddings=True)

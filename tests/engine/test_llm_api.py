@@ -98,7 +98,7 @@ def test_generation_config_supplies_model_defaults(tiny_path, tmp_path):
     assert (seq.params.wedlm_entropy_threshold, seq.params.wedlm_pos_penalty_factor) == (0.7, 0.1)
     assert seq.params.wedlm_stop_by_ar is True and llm.decoding_defaults["wedlm_stop_by_ar"] is True
     assert seq.params.wedlm_stop_in_run is True and llm.decoding_defaults["wedlm_stop_in_run"] is True
-    explicit = llm.add_request([1, 2], SamplingParams(wedlm_entropy_threshold=0.2, window_size=3))
+    explicit = llm.add_request([1, 2], SamplingParams(wedlm_entropy_threshold=0.2, wedlm_window_size=3))
     assert llm.engine.seqs[explicit].params.wedlm_entropy_threshold == 0.2
     assert llm.engine.seqs[explicit].window_size == 3
     while llm.has_unfinished():
@@ -124,7 +124,7 @@ def test_numpy_and_tuple_token_ids_are_prompts(llm):
     ({"wedlm_stop_in_run": "yes"}, "wedlm_stop_in_run must be true or false, got 'yes'"),
 ])
 def test_bad_generation_config_is_refused_at_load_not_a_hang(tiny_path, tmp_path, bad, message):
-    """A window of 0 in generation_config.json used to stall every request forever."""
+    """A window of 0 in generation_config.json would stall every request forever: load refuses it."""
     import json
     import shutil
 
@@ -137,7 +137,7 @@ def test_bad_generation_config_is_refused_at_load_not_a_hang(tiny_path, tmp_path
 
 @pytest.mark.parametrize("kwargs, field", [
     ({"max_num_seqs": "4"}, "max_num_seqs"), ({"kv_block_size": True}, "kv_block_size"),
-    ({"max_model_len": 0}, "max_model_len"), ({"wedlm_window_size": 2.5}, "window_size"),
+    ({"max_model_len": 0}, "max_model_len"), ({"wedlm_window_size": 2.5}, "wedlm_window_size"),
     ({"num_kv_blocks": -1}, "num_kv_blocks"), ({"gpu_memory_utilization": "0.9"}, "gpu_memory_utilization"),
 ])
 def test_bad_engine_arguments_raise_value_error_naming_them(tiny_path, kwargs, field):

@@ -99,7 +99,7 @@ def test_a_prepacked_weight_gives_f_linear_by_its_own_rule(rows):
     wide = torch.randn(4096, 192, generator=gen)
     _, wide_key = pack_weight(wide)
     for n, expected in ((1, False), (2, True)):
-        ops = _ops(lambda: onednn_linear(torch.randn(n, 192), wide, packed_key=wide_key))
+        ops = _ops(lambda n=n: onednn_linear(torch.randn(n, 192), wide, packed_key=wide_key))
         assert ("mkldnn::_linear_pointwise" in ops) is expected
 
 
@@ -181,7 +181,8 @@ def test_compiled_onednn_equals_eager(tiny_path, monkeypatch):
                                 wedlm_entropy_threshold=5.0)
         want = [o["token_ids"] for o in eager.generate(prompts, params)]
         got = []
-        ops = _ops(lambda: got.extend(o["token_ids"] for o in compiled.generate(prompts, params)))
+        ops = _ops(lambda got=got, params=params: got.extend(
+            o["token_ids"] for o in compiled.generate(prompts, params)))
         assert got == want
         assert "wedlm::onednn_linear" in ops
     # `ar` at batch 1 runs the one-query graph of one token and one logit row: BLAS

@@ -123,7 +123,7 @@ def test_sampled_requests_run_and_repeat_with_a_seed(make_llm):
 
 
 def test_validation_and_model_default():
-    with pytest.raises(RequestError, match="^wedlm_stop_by_ar must be a bool") as info:
+    with pytest.raises(RequestError, match="^wedlm_stop_by_ar must be true or false") as info:
         SamplingParams(wedlm_stop_by_ar=1)
     assert info.value.param == "wedlm_stop_by_ar"
     assert SamplingParams().resolve().wedlm_stop_by_ar is False
@@ -161,7 +161,7 @@ def test_stop_in_run_counts_slots_filled_in_earlier_steps_as_part_of_the_run():
 
 
 def test_stop_in_run_validation_and_model_default():
-    with pytest.raises(RequestError, match="^wedlm_stop_in_run must be a bool") as info:
+    with pytest.raises(RequestError, match="^wedlm_stop_in_run must be true or false") as info:
         SamplingParams(wedlm_stop_in_run="yes")
     assert info.value.param == "wedlm_stop_in_run"
     assert SamplingParams().resolve().wedlm_stop_in_run is False

@@ -20,7 +20,7 @@ def test_verified_greedy_equals_ar(make_llm, window):
     llm = make_llm()
     ar = llm.generate(PROMPTS, greedy("ar"))
     for tau in (0.4, 5.0):  # few drafts / a draft in every slot
-        ver = llm.generate(PROMPTS, greedy("verified", window_size=window, wedlm_entropy_threshold=tau))
+        ver = llm.generate(PROMPTS, greedy("verified", wedlm_window_size=window, wedlm_entropy_threshold=tau))
         assert [o["token_ids"] for o in ver] == [o["token_ids"] for o in ar]
         for o in ver:
             assert o["stats"]["decode_forwards"] <= 20 and min(o["stats"]["commits"]) >= 1
@@ -29,7 +29,7 @@ def test_verified_greedy_equals_ar(make_llm, window):
 def test_verified_in_mixed_batch_equals_ar(make_llm):
     llm = make_llm()
     ar = [llm.generate([p], greedy("ar"))[0]["token_ids"] for p in PROMPTS]
-    mixed = [greedy("verified", window_size=w) for w in (2, 5, 7, 4)] + [greedy("wedlm"), greedy("ar")]
+    mixed = [greedy("verified", wedlm_window_size=w) for w in (2, 5, 7, 4)] + [greedy("wedlm"), greedy("ar")]
     outs = llm.generate(PROMPTS + PROMPTS[:2], mixed)
     assert [o["token_ids"] for o in outs[:4]] == ar
     assert outs[5]["token_ids"] == ar[1]
@@ -49,7 +49,7 @@ def test_right_drafts_take_fewer_forwards(make_llm, monkeypatch):
         return drafts, None
 
     monkeypatch.setattr(verified_mod.VerifiedDecoder, "_draft", oracle_draft)
-    out = llm.generate([prompt], greedy("verified", window_size=4))[0]
+    out = llm.generate([prompt], greedy("verified", wedlm_window_size=4))[0]
     assert out["token_ids"] == truth
     # first forward has no drafts; 3 drafts + bonus; the wrong draft costs a correction-only
     # forward and a draft-less one; the last token is capped by max_tokens

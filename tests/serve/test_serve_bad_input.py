@@ -47,7 +47,7 @@ CASES = [
      "messages"),
     ("token ids out of vocabulary", COMPLETIONS, completion(prompt=[1, 2, 10_000_000]), "prompt"),
     ("unknown decoding", CHAT, chat(decoding="telepathy"), "decoding"),
-    ("zero window", COMPLETIONS, completion(window_size=0), "window_size"),
+    ("zero window", COMPLETIONS, completion(wedlm_window_size=0), "wedlm_window_size"),
     ("negative tau", CHAT, chat(wedlm_entropy_threshold=-1), "wedlm_entropy_threshold"),
     ("negative lambda", COMPLETIONS, completion(wedlm_pos_penalty_factor=-0.1), "wedlm_pos_penalty_factor"),
     ("numeric stop_by_ar", CHAT, chat(wedlm_stop_by_ar=1), "wedlm_stop_by_ar"),

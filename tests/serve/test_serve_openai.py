@@ -84,10 +84,10 @@ def test_streamed_chat_equals_library_generate_with_usage(client, reference_llm)
 
 @pytest.mark.parametrize("knobs", [
     {"decoding": "ar"},
-    {"decoding": "verified", "window_size": 4},
-    {"decoding": "wedlm", "window_size": 8, "wedlm_entropy_threshold": 5.0, "wedlm_pos_penalty_factor": 0.1},
-    {"decoding": "wedlm", "window_size": 8, "wedlm_entropy_threshold": 5.0, "wedlm_stop_by_ar": True},
-    {"decoding": "wedlm", "window_size": 8, "wedlm_entropy_threshold": 5.0, "wedlm_stop_by_ar": True,
+    {"decoding": "verified", "wedlm_window_size": 4},
+    {"decoding": "wedlm", "wedlm_window_size": 8, "wedlm_entropy_threshold": 5.0, "wedlm_pos_penalty_factor": 0.1},
+    {"decoding": "wedlm", "wedlm_window_size": 8, "wedlm_entropy_threshold": 5.0, "wedlm_stop_by_ar": True},
+    {"decoding": "wedlm", "wedlm_window_size": 8, "wedlm_entropy_threshold": 5.0, "wedlm_stop_by_ar": True,
      "wedlm_stop_in_run": True},
 ])
 def test_wedlm_knobs_as_extra_body_fields(client, reference_llm, knobs):
@@ -104,7 +104,7 @@ def test_models_health_and_metrics(client, base_url):
     assert [m.id for m in models.data] == [MODEL_NAME]
     assert models.data[0].model_extra["max_model_len"] == MAX_MODEL_LEN
     assert models.data[0].model_extra["wedlm"] == {  # the web chat's controls start from these
-        "decoders": ["wedlm", "ar", "blockwise", "verified"], "window_size": 16,
+        "decoders": ["wedlm", "ar", "blockwise", "verified"], "wedlm_window_size": 16,
         "wedlm_entropy_threshold": 0.4, "wedlm_pos_penalty_factor": 0.02, "wedlm_stop_by_ar": False,
         "wedlm_stop_in_run": False}
     health = httpx.get(f"{base_url}/health")

@@ -26,7 +26,7 @@ def _cfg(**kw):
 
 
 def test_yaml_exponent_without_dot_is_read_as_a_float(tmp_path):
-    # PyYAML follows YAML 1.1: "5e-4" (no dot) loads as a string, which used to reach the optimizer.
+    # PyYAML follows YAML 1.1: "5e-4" (no dot) loads as a string, which must not reach the optimizer.
     path = tmp_path / "c.yaml"
     path.write_text("stage: ar\ndata: d.jsonl\ntokenizer: tok\nout_dir: out\nmodel: {hidden_size: 8}\n"
                     "lr: 5e-4\nmin_lr: 5e-5\nmax_steps: 10\nwarmup_steps: '20'\n")

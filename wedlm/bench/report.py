@@ -58,7 +58,7 @@ def _acc_batch(result: dict) -> int:
 
 
 def targets(result: dict) -> list[dict]:
-    """The project's speed claims (issue 6) checked against this run, at batch size 1.
+    """The project's speed targets checked against this run, at batch size 1.
 
     Streaming claims are judged on the fastest wedlm setting whose accuracy (from the
     largest batch size's run, which has the most prompts) is within 2 points of ar's.

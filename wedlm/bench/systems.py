@@ -69,7 +69,7 @@ class EngineSystem:
         if self.spec.lam is not None:
             extra["wedlm_pos_penalty_factor"] = self.spec.lam
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens, decoding=self.spec.decoding,
-                                window_size=self.window_size, seed=0, **extra)
+                                wedlm_window_size=self.window_size, seed=0, **extra)
         return self.llm.generate(prompts, [params] * len(prompts))
 
 

@@ -12,7 +12,7 @@ import shlex
 import sys
 
 from ..engine.defaults import DEFAULT_ENTROPY_THRESHOLD
-from .options import add_runtime_args, add_speed_args, apply_threads, default_model
+from .options import add_runtime_args, add_speed_args, apply_threads, bad_knob_option, default_model
 
 EXAMPLES = """examples:
   wedlm bench --quick                      # about a minute on a laptop CPU
@@ -62,7 +62,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--batch-sizes", type=_ints, default=(1, 8), help="default: 1,8")
     p.add_argument("--repeats", type=int, default=None, help="timed repeats (default: 3, quick: 1)")
     p.add_argument("--max-tokens", type=int, default=None, help="override every task's generation budget")
-    p.add_argument("--window-size", type=int, default=None, metavar="W",
+    p.add_argument("--wedlm-window-size", "--window-size", dest="window_size", type=int, default=None, metavar="W",
                    help="decoding window (default: the model's generation_config.json, else 16)")
     p.add_argument("--no-transformers", action="store_true", help="skip the transformers generate peer")
     p.add_argument("--no-verified", action="store_true", help="skip the verified decoder")
@@ -141,6 +141,8 @@ def run(args: argparse.Namespace) -> int:
     from wedlm.bench.report import targets, write_report
     from wedlm.bench.runner import run_bench
 
+    if bad_knob_option(args, "bench"):
+        return 2
     apply_threads(args)
     if args.slot_cost:
         return run_slot_cost_section(args)

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from ..engine.defaults import DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY
-from .options import add_runtime_args, apply_threads, default_model
+from .options import add_runtime_args, apply_threads, bad_knob_option, default_model
 
 TASKS_HELP = ("comma-separated: counting, sequence, arithmetic, equation (held-out synthetic suites), "
               "humaneval, gsm8k (needs --gsm8k-file), math (needs --math-file), "
@@ -41,13 +41,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--decoding", default=None,
                    help="comma-separated decoders to compare: wedlm, ar, blockwise, verified "
                         f"(default: wedlm; {LISTOPS_DECODERS} when listops is among the tasks)")
-    p.add_argument("--threshold", type=float, default=None, metavar="TAU",
+    p.add_argument("--wedlm-entropy-threshold", "--threshold", dest="threshold", type=float, default=None,
+                   metavar="TAU",
                    help="entropy threshold tau (default: the model's generation_config.json, "
                         f"else {DEFAULT_ENTROPY_THRESHOLD})")
-    p.add_argument("--penalty", type=float, default=None, metavar="LAMBDA",
+    p.add_argument("--wedlm-pos-penalty-factor", "--penalty", dest="penalty", type=float, default=None,
+                   metavar="LAMBDA",
                    help="distance penalty lambda (default: the model's generation_config.json, "
                         f"else {DEFAULT_POS_PENALTY})")
-    p.add_argument("--window-size", type=int, default=None, metavar="W", help="decoding window (engine default)")
+    p.add_argument("--wedlm-window-size", "--window-size", dest="window_size", type=int, default=None, metavar="W",
+                   help="decoding window (engine default)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--max-tokens", type=int, default=None, help="override every task's generation budget")
     p.add_argument("--batch-size", type=int, default=8, help="prompts per generate call (default: %(default)s)")
@@ -168,6 +171,8 @@ def run(args: argparse.Namespace) -> int:
     from wedlm.evaluate.machine import machine_info, machine_line
     from wedlm.evaluate.runner import evaluate
 
+    if bad_knob_option(args, "eval"):
+        return 2
     apply_threads(args)
     configs = decode_configs(args)
     tasks = build_tasks(args)

@@ -1,9 +1,11 @@
 """Command-line options shared by the `wedlm` sub-commands, defined once.
 
 Every command spells the knobs the same way: the engine options (`--model`,
-`--window-size` W, `--max-model-len`, `--device`, `--dtype`, ...), the sampling
-options (`--decoding`, `--threshold` tau, `--penalty` lambda, `--temperature`,
-...; docs/method.md, "Streaming parallel decoding") and the runtime options of
+`--wedlm-window-size` W, `--max-model-len`, `--device`, `--dtype`, ...), the sampling
+options (`--decoding`, `--wedlm-entropy-threshold` tau, `--wedlm-pos-penalty-factor`
+lambda, `--temperature`, ...; docs/method.md, "Streaming parallel decoding"; the WeDLM
+flags carry the library's field names, with the short aliases `--window-size`,
+`--threshold`, `--penalty`, `--stop-by-ar` and `--stop-in-run`) and the runtime options of
 the measuring commands (`--threads`). Unset options keep the library's defaults
 (`wedlm/engine/defaults.py`). Also the helpers that turn them into an `LLM` and
 `SamplingParams`, the chat prompt and the one-line stats summary.
@@ -16,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..engine.defaults import DECODERS, DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY
+from ..engine.defaults import DECODERS, DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY, check_knob
 
 DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "models" / "wedlm-tiny"
 
@@ -53,7 +55,8 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("engine")
     group.add_argument("--model", default=default_model(),
                        help="model folder (HF config.json + safetensors + tokenizer); default: the shipped %(default)s")
-    group.add_argument("--window-size", type=int, default=None, metavar="W",
+    group.add_argument("--wedlm-window-size", "--window-size", dest="window_size", type=int, default=None,
+                       metavar="W",
                        help="WeDLM decoding window W (slots decoded in parallel); default: the engine's (16)")
     group.add_argument("--max-model-len", type=int, default=None, metavar="N",
                        help="context length (prompt + generated tokens); default: the model's")
@@ -85,17 +88,21 @@ def add_sampling_args(parser: argparse.ArgumentParser, max_tokens: int | None = 
     group.add_argument("--decoding", choices=DECODERS, default=None,
                        help="decoding strategy: wedlm (streaming parallel, default), ar (one token per forward), "
                             "blockwise (stop-and-wait blocks), verified (lossless, equals ar when greedy)")
-    group.add_argument("--threshold", type=float, default=None, metavar="TAU",
+    group.add_argument("--wedlm-entropy-threshold", "--threshold", dest="threshold", type=float, default=None,
+                       metavar="TAU",
                        help="entropy threshold tau: masks with distance-adjusted entropy below it are filled each "
                             "step (higher = more tokens per forward); "
                             f"default: the model's or {DEFAULT_ENTROPY_THRESHOLD}")
-    group.add_argument("--penalty", type=float, default=None, metavar="LAMBDA",
+    group.add_argument("--wedlm-pos-penalty-factor", "--penalty", dest="penalty", type=float, default=None,
+                       metavar="LAMBDA",
                        help="position penalty lambda added per slot of distance from the leftmost mask; "
                             f"default: the model's or {DEFAULT_POS_PENALTY}")
-    group.add_argument("--stop-by-ar", action=argparse.BooleanOptionalAction, default=None,
+    group.add_argument("--wedlm-stop-by-ar", "--stop-by-ar", dest="stop_by_ar",
+                       action=argparse.BooleanOptionalAction, default=None,
                        help="wedlm decoding: fill the leftmost mask from the AR head each step and let only it "
                             "end the answer; default: the model's generation_config.json, else off")
-    group.add_argument("--stop-in-run", action=argparse.BooleanOptionalAction, default=None,
+    group.add_argument("--wedlm-stop-in-run", "--stop-in-run", dest="stop_in_run",
+                       action=argparse.BooleanOptionalAction, default=None,
                        help="with --stop-by-ar: a mask may also end the answer when every mask to its left is "
                             "filled in the same forward; default: the model's generation_config.json, else off")
     group.add_argument("--temperature", type=float, default=None,
@@ -109,6 +116,28 @@ def add_sampling_args(parser: argparse.ArgumentParser, max_tokens: int | None = 
                        help="stop string (repeatable); the text ends before it")
     group.add_argument("--seed", type=int, default=None, help="per-request sampling seed")
     group.add_argument("--ignore-eos", action="store_true", help="keep generating past the model's stop tokens")
+
+
+# argparse dest -> the WeDLM knob it sets (single values, or the sweep lists of `wedlm bench`)
+KNOB_OPTIONS = {"window_size": "wedlm_window_size", "threshold": "wedlm_entropy_threshold",
+                "penalty": "wedlm_pos_penalty_factor", "taus": "wedlm_entropy_threshold",
+                "blockwise_taus": "wedlm_entropy_threshold", "lambda_tau": "wedlm_entropy_threshold",
+                "lambdas": "wedlm_pos_penalty_factor"}
+
+
+def bad_knob_option(args: argparse.Namespace, command: str) -> bool:
+    """True after printing `wedlm COMMAND: error: ...` when a WeDLM knob option is out of range
+    (the library's own check, `check_knob`, so the message is the library's)."""
+    for dest, knob in KNOB_OPTIONS.items():
+        value = getattr(args, dest, None)
+        for v in value if isinstance(value, (tuple, list)) else [value]:
+            try:
+                if v is not None:
+                    check_knob(knob, v)
+            except ValueError as err:
+                print(f"wedlm {command}: error: {err}", file=sys.stderr)
+                return True
+    return False
 
 
 def build_llm(args: argparse.Namespace) -> Any:

@@ -31,7 +31,7 @@ def add_parser(subparsers: Any) -> None:
         "serve", help="OpenAI-compatible HTTP server with SSE streaming and a web chat",
         description="Serve a model over an OpenAI-compatible API (/v1/completions, /v1/chat/completions, "
                     "/v1/models), with /health, Prometheus /metrics and a web chat at /. WeDLM knobs are "
-                    "extra body fields: decoding, window_size, wedlm_entropy_threshold, wedlm_pos_penalty_factor.",
+                    "extra body fields: decoding, wedlm_window_size, wedlm_entropy_threshold, wedlm_pos_penalty_factor.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
     parser.add_argument("--port", type=int, default=8000, help="port to bind (default: %(default)s)")

@@ -561,7 +561,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             spec = json.loads(a.mix)
         except json.JSONDecodeError as e:
-            raise SystemExit(f"--mix must be a JSON object: {e}")
+            raise SystemExit(f"--mix must be a JSON object: {e}") from e
         if not isinstance(spec, dict):
             raise SystemExit(f"--mix must be a JSON object, got {type(spec).__name__}")
         keys = ("simple", "simple_forms", "distractor", "distractor2", "carry", "edge", "short", "replay", "seed", "demo")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from ..hardware import cpu_has_bf16_units, cpu_prefers_onednn_linear
+from .defaults import check_knob
 
 DEFAULT_MAX_MODEL_LEN = 4096
 CPU_KV_BUDGET_BYTES = 4 << 30
@@ -29,7 +30,7 @@ class EngineConfig:
 
     Attributes:
         model: checkpoint folder.
-        window_size: WeDLM window W; None = generation_config.json's
+        window_size: WeDLM window W (`LLM`'s `wedlm_window_size`); None = generation_config.json's
             `wedlm_window_size`, else `defaults.DEFAULT_WINDOW`.
         max_model_len: context limit (prompt + output); None = min(4096,
             max_position_embeddings).
@@ -73,7 +74,9 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         required = ("max_num_seqs", "kv_block_size", "tensor_parallel_size")
-        for name in required + ("window_size", "max_model_len", "max_num_batched_tokens", "num_kv_blocks"):
+        if self.window_size is not None:  # LLM's wedlm_window_size
+            self.window_size = check_knob("wedlm_window_size", self.window_size)
+        for name in required + ("max_model_len", "max_num_batched_tokens", "num_kv_blocks"):
             value = getattr(self, name)
             if value is None and name not in required:
                 continue

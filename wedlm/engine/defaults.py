@@ -6,8 +6,11 @@ decoding"). A model folder may recommend its own in generation_config.json
 (`wedlm_window_size`, `wedlm_entropy_threshold`, `wedlm_pos_penalty_factor`, and this engine's
 `wedlm_stop_by_ar` and `wedlm_stop_in_run`, off unless the model asks for them);
 `model_decoding_defaults` reads and checks them, and every caller that needs
-"the model's tau" goes through it instead of restating a number. No torch here:
-the server's schemas and the CLI parsers import this module.
+"the model's tau" goes through it instead of restating a number. `check_knob` is
+the one range check of each knob: `SamplingParams`, `LLM` (`EngineConfig`),
+generation_config.json loading and the server's request schema all call it, so a
+bad value gets the same message everywhere. No torch here: the server's schemas
+and the CLI parsers import this module.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import numbers
 from pathlib import Path
 
 from ..tokenizer import read_json
+from .errors import RequestError
 
 DECODERS = ("wedlm", "ar", "blockwise", "verified")
 FALLBACKS = ("leftmost", "argmin")
@@ -27,12 +31,51 @@ DEFAULT_STOP_BY_AR = False  # Algorithm 1 as published: any mask may fill a stop
 DEFAULT_STOP_IN_RUN = False  # with stop_by_ar: no mask row may end the answer
 GENERATION_DEFAULT_KEYS = ("wedlm_window_size", "wedlm_entropy_threshold", "wedlm_pos_penalty_factor",
                            "wedlm_stop_by_ar", "wedlm_stop_in_run")
+DEFAULTS = dict(zip(GENERATION_DEFAULT_KEYS, (DEFAULT_WINDOW, DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY,
+                                              DEFAULT_STOP_BY_AR, DEFAULT_STOP_IN_RUN)))
 
 
 def generation_defaults(path: str | Path) -> dict:
     """The WeDLM keys present in the folder's generation_config.json (empty when absent; unchecked)."""
     raw = read_json(Path(path) / "generation_config.json")
     return {k: raw[k] for k in GENERATION_DEFAULT_KEYS if k in raw}
+
+
+def _real(value) -> bool:
+    """A real number: not a bool, not NaN."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value)
+
+
+def _integer(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+# name -> (the limit as the error message states it, the test, the stored form)
+_KNOBS = {
+    "wedlm_window_size": ("an integer >= 1", lambda v: _integer(v) and v >= 1, int),
+    # inf is allowed: every mask passes, so each step fills the whole window
+    "wedlm_entropy_threshold": (">= 0 or None", lambda v: v is None or (_real(v) and v >= 0),
+                                lambda v: None if v is None else float(v)),
+    "wedlm_pos_penalty_factor": (">= 0 and finite", lambda v: _real(v) and 0 <= v < math.inf, float),
+    "wedlm_stop_by_ar": ("true or false", lambda v: isinstance(v, bool), bool),
+    "wedlm_stop_in_run": ("true or false", lambda v: isinstance(v, bool), bool),
+}
+
+
+def check_knob(name: str, value):
+    """`value` of the WeDLM knob `name` (one of GENERATION_DEFAULT_KEYS), checked and normalised.
+
+    Returns:
+        int for `wedlm_window_size`, float or None for `wedlm_entropy_threshold`, float for
+        `wedlm_pos_penalty_factor`, bool for `wedlm_stop_by_ar` and `wedlm_stop_in_run`.
+
+    Raises:
+        RequestError (a ValueError): `param` is `name`; the message is "NAME must be LIMIT, got VALUE".
+    """
+    limit, ok, store = _KNOBS[name]
+    if not ok(value):
+        raise RequestError(name, f"{name} must be {limit}, got {value!r}")
+    return store(value)
 
 
 def model_decoding_defaults(path: str | Path) -> dict:
@@ -47,34 +90,13 @@ def model_decoding_defaults(path: str | Path) -> dict:
         ValueError: a value in generation_config.json out of range, naming the file and key
             (a window of 0 would stall every request forever).
     """
-    raw = generation_defaults(path)
-    source = f"{path}/generation_config.json"
-    window = raw.get("wedlm_window_size", DEFAULT_WINDOW)
-    if not isinstance(window, numbers.Integral) or isinstance(window, bool) or window < 1:
-        raise ValueError(f"{source}: wedlm_window_size must be an integer >= 1, got {window!r}")
-    tau = raw.get("wedlm_entropy_threshold", DEFAULT_ENTROPY_THRESHOLD)
-    if tau is not None and not _real_at_least_zero(tau, allow_inf=True):
-        raise ValueError(f"{source}: wedlm_entropy_threshold must be >= 0 or None, got {tau!r}")
-    lam = raw.get("wedlm_pos_penalty_factor", DEFAULT_POS_PENALTY)
-    if not _real_at_least_zero(lam, allow_inf=False):
-        raise ValueError(f"{source}: wedlm_pos_penalty_factor must be >= 0 and finite, got {lam!r}")
-    stop_by_ar = raw.get("wedlm_stop_by_ar", DEFAULT_STOP_BY_AR)
-    if not isinstance(stop_by_ar, bool):
-        raise ValueError(f"{source}: wedlm_stop_by_ar must be true or false, got {stop_by_ar!r}")
-    stop_in_run = raw.get("wedlm_stop_in_run", DEFAULT_STOP_IN_RUN)
-    if not isinstance(stop_in_run, bool):
-        raise ValueError(f"{source}: wedlm_stop_in_run must be true or false, got {stop_in_run!r}")
-    return {"wedlm_window_size": int(window),
-            "wedlm_entropy_threshold": None if tau is None else float(tau),
-            "wedlm_pos_penalty_factor": float(lam), "wedlm_stop_by_ar": stop_by_ar,
-            "wedlm_stop_in_run": stop_in_run}
+    values = {**DEFAULTS, **generation_defaults(path)}
+    try:
+        return {name: check_knob(name, value) for name, value in values.items()}
+    except RequestError as err:
+        raise ValueError(f"{path}/generation_config.json: {err}") from None
 
 
-def _real_at_least_zero(value, allow_inf: bool) -> bool:
-    if not isinstance(value, numbers.Real) or isinstance(value, bool) or math.isnan(value):
-        return False
-    return value >= 0 and (allow_inf or value < math.inf)
-
-
-__all__ = ["DECODERS", "DEFAULT_ENTROPY_THRESHOLD", "DEFAULT_POS_PENALTY", "DEFAULT_STOP_BY_AR", "DEFAULT_STOP_IN_RUN", "DEFAULT_WINDOW", "FALLBACKS",
-           "GENERATION_DEFAULT_KEYS", "generation_defaults", "model_decoding_defaults"]
+__all__ = ["DECODERS", "DEFAULTS", "DEFAULT_ENTROPY_THRESHOLD", "DEFAULT_POS_PENALTY", "DEFAULT_STOP_BY_AR",
+           "DEFAULT_STOP_IN_RUN", "DEFAULT_WINDOW", "FALLBACKS", "GENERATION_DEFAULT_KEYS", "check_knob",
+           "generation_defaults", "model_decoding_defaults"]

@@ -103,7 +103,7 @@ class Engine:
         request_id = str(next(self._ids)) if request_id is None else str(request_id)
         if request_id in self.seqs:
             raise RequestError("request_id", f"request_id {request_id!r} is already in use")
-        window = params.window_size or self.window_size
+        window = params.wedlm_window_size or self.window_size
         self._check(ids, params, window)
         seq = new_sequence(request_id, ids, params, window, self.stop_ids, self.tokenizer, stream)
         if not params.greedy:
@@ -121,8 +121,8 @@ class Engine:
             raise RequestError("decoding", f"decoding={params.decoding!r} needs a [MASK] token but this "
                                            f"model has no mask_token_id; use decoding='ar'")
         if 2 * window + 1 > self.max_num_batched_tokens:
-            raise RequestError("window_size", f"window_size={window} needs max_num_batched_tokens >= "
-                                              f"{2 * window + 1}, got {self.max_num_batched_tokens}")
+            raise RequestError("wedlm_window_size", f"wedlm_window_size={window} needs max_num_batched_tokens >= "
+                                                    f"{2 * window + 1}, got {self.max_num_batched_tokens}")
         need = self.block_manager.blocks_for(n + params.max_tokens)
         if need > self.block_manager.num_blocks:
             raise RequestError("max_tokens", f"request needs up to {need} KV blocks (prompt {n} + max_tokens "

@@ -2,7 +2,7 @@
 
 Everything a request can get wrong is found here, before it is queued, and
 raised as a `RequestError` whose `param` names the field ("prompt",
-"max_tokens", "decoding", "window_size", "request_id", "sampling_params"),
+"max_tokens", "decoding", "wedlm_window_size", "request_id", "sampling_params"),
 so the OpenAI server maps it to its error body without reading the message.
 
 Context policy (one rule for the library and the server): a request must fit

@@ -86,12 +86,12 @@ class LLM:
 
     @property
     def decoding_defaults(self) -> dict:
-        """What a request that sets none of them decodes with: {"window_size": W,
+        """What a request that sets none of them decodes with: {"wedlm_window_size": W,
         "wedlm_entropy_threshold": tau, "wedlm_pos_penalty_factor": lambda, "wedlm_stop_by_ar":
         bool, "wedlm_stop_in_run": bool} (this engine's W, the model's generation_config.json values, else
         `engine/defaults.py`)."""
         d = self.engine.model_defaults
-        return {"window_size": self.engine.window_size,
+        return {"wedlm_window_size": self.engine.window_size,
                 "wedlm_entropy_threshold": d["wedlm_entropy_threshold"],
                 "wedlm_pos_penalty_factor": d["wedlm_pos_penalty_factor"],
                 "wedlm_stop_by_ar": d["wedlm_stop_by_ar"], "wedlm_stop_in_run": d["wedlm_stop_in_run"]}

@@ -3,11 +3,12 @@
 Field names and defaults follow the official `wedlm` package so user code moves
 over unchanged (temperature 0.2, top_p 1.0, top_k 0 = off, max_tokens 64; the
 WeDLM defaults live in `defaults.py`, see docs/method.md). Four WeDLM fields
-(tau, lambda, stop_by_ar, stop_in_run) default to `MODEL_DEFAULT`: the engine
+(`wedlm_entropy_threshold`, `wedlm_pos_penalty_factor`, `wedlm_stop_by_ar`,
+`wedlm_stop_in_run`) default to `MODEL_DEFAULT`: the engine
 replaces them with the values in the model folder's generation_config.json when
-it has them, else with the defaults (`resolve`). Everything is validated here so
-that a bad request fails at `add_request` with a `RequestError` (a ValueError)
-whose `param` names the field.
+it has them, else with the defaults (`resolve`). Everything is validated here (the
+WeDLM knobs by `defaults.check_knob`, their one check) so that a bad request fails
+at `add_request` with a `RequestError` (a ValueError) whose `param` names the field.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import math
 import numbers
 from dataclasses import dataclass, field
 
-from .defaults import DECODERS, DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY, DEFAULT_STOP_BY_AR, DEFAULT_STOP_IN_RUN, FALLBACKS
+from .defaults import DECODERS, DEFAULTS, FALLBACKS, check_knob
 from .errors import RequestError
 
 
@@ -54,8 +55,9 @@ class SamplingParams:
         ignore_eos: do not stop on the model's stop ids (benchmarks).
         wedlm_entropy_threshold: tau of Algorithm 1 (paper section 5.2); masks
             whose distance-adjusted entropy is below it are filled each step.
-            None = fill only the single lowest adjusted-entropy mask per step.
-        wedlm_pos_penalty_factor: lambda of the distance penalty (Eq. 11).
+            None = fill only the single lowest adjusted-entropy mask per step;
+            inf = fill every mask.
+        wedlm_pos_penalty_factor: lambda of the distance penalty (Eq. 11), >= 0 and finite.
         wedlm_fallback: which mask to fill when none passes tau: "leftmost"
             (this engine's default, never stalls the commit frontier) or
             "argmin" (the official rule: lowest adjusted entropy).
@@ -73,8 +75,17 @@ class SamplingParams:
             generation_config.json, else False.
         decoding: "wedlm" (Streaming Parallel Decoding), "ar", "blockwise" or
             "verified" (lossless: drafts verified by the AR head).
-        window_size: per-request window W; None = the engine's.
+        wedlm_window_size: per-request window W (>= 1); None = the engine's.
         seed: per-request RNG seed; the same seed gives the same output.
+
+    Names: each WeDLM knob has one name, the official `wedlm` package's, used by
+    this class, `LLM(wedlm_window_size=...)`, generation_config.json and the
+    server's request fields. The CLI flags are those names in dashes
+    (`--wedlm-window-size`, `--wedlm-entropy-threshold`, `--wedlm-pos-penalty-factor`,
+    `--wedlm-stop-by-ar`, `--wedlm-stop-in-run`), with the short aliases
+    `--window-size`, `--threshold`, `--penalty`, `--stop-by-ar` and `--stop-in-run`.
+    The decoder code and docs/method.md write W, tau and lambda where they follow
+    the paper's equations. `defaults.check_knob` is the one range check of each knob.
 
     Raises:
         RequestError (a ValueError): a field out of range; `param` is the field, the
@@ -94,7 +105,7 @@ class SamplingParams:
     wedlm_stop_by_ar: bool | _ModelDefault = MODEL_DEFAULT
     wedlm_stop_in_run: bool | _ModelDefault = MODEL_DEFAULT
     decoding: str = "wedlm"
-    window_size: int | None = None
+    wedlm_window_size: int | None = None
     seed: int | None = None
     stop_strings: list[str] = field(init=False, repr=False, default_factory=list)
 
@@ -108,19 +119,10 @@ class SamplingParams:
                f"decoding must be one of {DECODERS}, got {self.decoding!r}")
         _check(isinstance(self.wedlm_fallback, str) and self.wedlm_fallback in FALLBACKS, "wedlm_fallback",
                f"wedlm_fallback must be one of {FALLBACKS}, got {self.wedlm_fallback!r}")
-        _check(self.wedlm_stop_by_ar is MODEL_DEFAULT or isinstance(self.wedlm_stop_by_ar, bool),
-               "wedlm_stop_by_ar", f"wedlm_stop_by_ar must be a bool, got {self.wedlm_stop_by_ar!r}")
-        _check(self.wedlm_stop_in_run is MODEL_DEFAULT or isinstance(self.wedlm_stop_in_run, bool),
-               "wedlm_stop_in_run", f"wedlm_stop_in_run must be a bool, got {self.wedlm_stop_in_run!r}")
-        if self.window_size is not None:
-            self.window_size = _integer("window_size", self.window_size, ">= 1", lambda v: v >= 1)
-        tau = self.wedlm_entropy_threshold
-        if tau is not None and tau is not MODEL_DEFAULT:  # inf is allowed: fill every mask
-            self.wedlm_entropy_threshold = _real("wedlm_entropy_threshold", tau, ">= 0 or None",
-                                                 lambda v: v >= 0)
-        if self.wedlm_pos_penalty_factor is not MODEL_DEFAULT:
-            self.wedlm_pos_penalty_factor = _real("wedlm_pos_penalty_factor", self.wedlm_pos_penalty_factor,
-                                                  ">= 0 and finite", lambda v: 0 <= v < math.inf)
+        for name in DEFAULTS:  # the WeDLM knobs; None = the engine's window
+            value = getattr(self, name)
+            if value is not MODEL_DEFAULT and not (name == "wedlm_window_size" and value is None):
+                setattr(self, name, check_knob(name, value))
         if self.seed is not None:
             self.seed = _integer("seed", self.seed, "", lambda v: True)
         _check(isinstance(self.ignore_eos, bool), "ignore_eos", f"ignore_eos must be a bool, got {self.ignore_eos!r}")
@@ -147,17 +149,8 @@ class SamplingParams:
 
     def resolve(self, model_defaults: dict | None = None) -> "SamplingParams":
         """A copy with every MODEL_DEFAULT replaced (model's generation_config first, then `defaults.py`)."""
-        defaults = model_defaults or {}
-        changes = {}
-        if self.wedlm_entropy_threshold is MODEL_DEFAULT:
-            changes["wedlm_entropy_threshold"] = defaults.get("wedlm_entropy_threshold",
-                                                              DEFAULT_ENTROPY_THRESHOLD)
-        if self.wedlm_pos_penalty_factor is MODEL_DEFAULT:
-            changes["wedlm_pos_penalty_factor"] = defaults.get("wedlm_pos_penalty_factor", DEFAULT_POS_PENALTY)
-        if self.wedlm_stop_by_ar is MODEL_DEFAULT:
-            changes["wedlm_stop_by_ar"] = defaults.get("wedlm_stop_by_ar", DEFAULT_STOP_BY_AR)
-        if self.wedlm_stop_in_run is MODEL_DEFAULT:
-            changes["wedlm_stop_in_run"] = defaults.get("wedlm_stop_in_run", DEFAULT_STOP_IN_RUN)
+        defaults = {**DEFAULTS, **(model_defaults or {})}
+        changes = {name: defaults[name] for name in DEFAULTS if getattr(self, name) is MODEL_DEFAULT}
         return dataclasses.replace(self, **changes)  # validates the model's values too
 
 

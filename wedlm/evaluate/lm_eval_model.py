@@ -16,7 +16,7 @@ imported, so every harness task runs on our engine with any decoder:
 
 Model arguments (`--model_args key=value,...`): `pretrained` (model folder),
 `decoding` (wedlm | ar | blockwise | verified), `wedlm_entropy_threshold`,
-`wedlm_pos_penalty_factor`, `window_size` (None = the model folder's
+`wedlm_pos_penalty_factor`, `wedlm_window_size` (None = the model folder's
 generation_config.json, else the engine's defaults), `dtype`, `max_model_len`,
 `max_num_seqs`, `max_gen_toks` (default budget when a task sets none),
 `max_batch_tokens` (loglikelihood rows x length per forward), `seed`, and the
@@ -101,7 +101,7 @@ class WeDLMLM(TemplateLM):
     """
 
     def __init__(self, pretrained: str, decoding: str = "wedlm", wedlm_entropy_threshold: float | None = None,
-                 wedlm_pos_penalty_factor: float | None = None, window_size: int | None = None,
+                 wedlm_pos_penalty_factor: float | None = None, wedlm_window_size: int | None = None,
                  device: str | None = None, dtype: str | None = None, max_model_len: int | None = None,
                  max_num_seqs: int = 64, max_gen_toks: int = 256, max_batch_tokens: int = 4096, seed: int = 0,
                  autocast: bool | None = None, enforce_eager: bool = True, batch_size: Any = None,
@@ -114,10 +114,10 @@ class WeDLMLM(TemplateLM):
             self.decode["wedlm_entropy_threshold"] = float(wedlm_entropy_threshold)
         if wedlm_pos_penalty_factor is not None:
             self.decode["wedlm_pos_penalty_factor"] = float(wedlm_pos_penalty_factor)
-        if window_size is not None:
-            self.decode["window_size"] = int(window_size)
+        if wedlm_window_size is not None:
+            self.decode["wedlm_window_size"] = int(wedlm_window_size)
         SamplingParams(**self.decode)  # a bad decoder or knob fails here, named, before the model loads
-        self.llm = llm or LLM(model=pretrained, wedlm_window_size=window_size, max_model_len=max_model_len,
+        self.llm = llm or LLM(model=pretrained, wedlm_window_size=wedlm_window_size, max_model_len=max_model_len,
                               max_num_seqs=int(max_num_seqs), device=resolve_device(device), dtype=dtype,
                               seed=int(seed), autocast=autocast, enforce_eager=enforce_eager)
         self.tokenizer = self.llm.tokenizer

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from tqdm import tqdm
 
 from ..engine.chat import encode_chat
-from ..engine.defaults import DECODERS, DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY
+from ..engine.defaults import DECODERS, DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY, check_knob
 from .metrics import aggregate
 from .tasks import EvalItem, EvalTask
 
@@ -44,10 +44,8 @@ class DecodeConfig:
     def __post_init__(self) -> None:
         if self.decoding not in DECODERS:
             raise ValueError(f"decoding must be one of {DECODERS}, got {self.decoding!r}")
-        if self.tau is not None and not 0.0 <= self.tau:
-            raise ValueError(f"tau must be >= 0, got {self.tau}")
-        if self.lam < 0:
-            raise ValueError(f"lambda must be >= 0, got {self.lam}")
+        check_knob("wedlm_entropy_threshold", self.tau)
+        check_knob("wedlm_pos_penalty_factor", self.lam)
 
     def sampling_params(self, max_tokens: int, stop: list[str] | None = None):
         """The engine's `SamplingParams` for one task."""
@@ -56,7 +54,7 @@ class DecodeConfig:
         return SamplingParams(temperature=self.temperature, top_p=self.top_p, max_tokens=max_tokens,
                               stop=list(stop or []), wedlm_entropy_threshold=self.tau,
                               wedlm_pos_penalty_factor=self.lam, seed=self.seed,
-                              decoding=self.decoding, window_size=self.window_size)
+                              decoding=self.decoding, wedlm_window_size=self.window_size)
 
 
 def use_chat(tokenizer, style: str) -> bool:

@@ -27,8 +27,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..engine.defaults import (DECODERS, DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY, DEFAULT_STOP_BY_AR,
-                               DEFAULT_STOP_IN_RUN, DEFAULT_WINDOW)
+from ..engine.defaults import DECODERS, DEFAULTS
 from . import protocol
 from .engine_loop import EngineLoop
 from .errors import APIError, bad_request, error_body, server_error
@@ -214,9 +213,7 @@ def decoding_defaults(llm: Any) -> dict[str, Any]:
     defaults = getattr(llm, "decoding_defaults", None)
     if isinstance(defaults, dict):
         return dict(defaults)
-    return {"window_size": DEFAULT_WINDOW, "wedlm_entropy_threshold": DEFAULT_ENTROPY_THRESHOLD,
-            "wedlm_pos_penalty_factor": DEFAULT_POS_PENALTY, "wedlm_stop_by_ar": DEFAULT_STOP_BY_AR,
-            "wedlm_stop_in_run": DEFAULT_STOP_IN_RUN}
+    return dict(DEFAULTS)
 
 
 def delta_failure(delta: Any) -> str | None:

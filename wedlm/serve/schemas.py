@@ -1,21 +1,22 @@
 """Request bodies of the OpenAI-compatible endpoints, as pydantic models.
 
 The models follow OpenAI's `/v1/completions` and `/v1/chat/completions` fields and also
-accept the WeDLM knobs as extra body fields (`decoding`, `window_size`,
-`wedlm_entropy_threshold`, `wedlm_pos_penalty_factor`, `wedlm_stop_by_ar`, `wedlm_stop_in_run`, `top_k`, `stop_token_ids`,
-`ignore_eos`, `wedlm_trace`), which the official `openai` client sends through `extra_body`. Unknown
-extra fields are tolerated, as OpenAI-compatible servers usually do. Range checks live
-here so a bad request fails before it reaches the engine, and `param_of` turns a pydantic
-error into the OpenAI error's `param` (the offending field's name).
+accept the WeDLM knobs as extra body fields (`decoding`, `wedlm_window_size`,
+`wedlm_entropy_threshold`, `wedlm_pos_penalty_factor`, `wedlm_stop_by_ar`, `wedlm_stop_in_run`,
+`top_k`, `stop_token_ids`, `ignore_eos`, `wedlm_trace`), which the official `openai` client sends
+through `extra_body`. Unknown extra fields are tolerated, as OpenAI-compatible servers usually
+do. Range checks live here so a bad request fails before it reaches the engine (the WeDLM
+knobs through `check_knob`, so the library and the CLI give the same message), and `param_of`
+turns a pydantic error into the OpenAI error's `param` (the offending field's name).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from ..engine.defaults import DECODERS
+from ..engine.defaults import DECODERS, DEFAULTS, check_knob
 
 MAX_N = 16
 MAX_STOP_STRINGS = 4
@@ -47,17 +48,22 @@ class SamplingFields(BaseModel):
     user: str | None = None
     # WeDLM knobs (docs/method.md, "Streaming parallel decoding"): decoding strategy, window W, tau, lambda.
     decoding: str | None = None
-    window_size: int | None = Field(default=None, ge=1)
-    wedlm_entropy_threshold: float | None = Field(default=None, ge=0.0)
-    wedlm_pos_penalty_factor: float | None = Field(default=None, ge=0.0)
-    wedlm_stop_by_ar: StrictBool | None = None  # only the AR head ends an answer (`wedlm` decoding)
-    wedlm_stop_in_run: StrictBool | None = None  # with stop_by_ar: a stop closing a run filled in one forward
+    wedlm_window_size: int | None = None
+    wedlm_entropy_threshold: float | None = None  # null: one mask per step
+    wedlm_pos_penalty_factor: float | None = None
+    wedlm_stop_by_ar: bool | None = None  # only the AR head ends an answer (`wedlm` decoding)
+    wedlm_stop_in_run: bool | None = None  # with stop_by_ar: a stop closing a run filled in one forward
     ignore_eos: bool = False
     # Adds a `wedlm` object (decode step index, token ids) to every streamed choice.
     wedlm_trace: bool = False
 
-    @field_validator("max_tokens", "temperature", "top_p", "top_k", "n", "seed", "window_size",
-                     "wedlm_entropy_threshold", "wedlm_pos_penalty_factor", "stop_token_ids", mode="before")
+    @field_validator(*DEFAULTS, mode="before")
+    @classmethod
+    def _knob(cls, value: Any, info: ValidationInfo) -> Any:
+        """The WeDLM knobs' one check (`check_knob`); null leaves the knob unset."""
+        return None if value is None else check_knob(info.field_name, value)
+
+    @field_validator("max_tokens", "temperature", "top_p", "top_k", "n", "seed", "stop_token_ids", mode="before")
     @classmethod
     def _no_bools(cls, value: Any) -> Any:
         """pydantic's lax mode reads `true` as 1; a boolean where a number belongs is a client bug."""
@@ -88,9 +94,7 @@ class SamplingFields(BaseModel):
     def sampling_kwargs(self, max_tokens: int) -> dict[str, Any]:
         """Keyword arguments for `wedlm.SamplingParams`; unset fields keep its defaults."""
         kwargs: dict[str, Any] = {"max_tokens": max_tokens}
-        for name in ("temperature", "top_p", "top_k", "seed", "decoding", "window_size",
-                     "wedlm_entropy_threshold", "wedlm_pos_penalty_factor", "wedlm_stop_by_ar", "wedlm_stop_in_run",
-                     "stop_token_ids"):
+        for name in ("temperature", "top_p", "top_k", "seed", "decoding", *DEFAULTS, "stop_token_ids"):
             value = getattr(self, name)
             if value is not None:
                 kwargs[name] = value
@@ -107,7 +111,7 @@ class SamplingFields(BaseModel):
         return bool(self.stream_options and self.stream_options.include_usage)
 
 
-PromptType = Union[str, list[str], list[int], list[list[int]]]
+PromptType = str | list[str] | list[int] | list[list[int]]
 
 
 class CompletionRequest(SamplingFields):

@@ -7,6 +7,10 @@ confident enough to fill. `streaming` fills every such mask (with a fallback
 when none passes), `verified` drafts the leading confident run; both score and
 draw through the functions here. The entropy is that of the distribution the
 token is drawn from (docs/method.md, "Streaming parallel decoding").
+
+The decoders name the knobs by the paper's symbols where they implement its
+equations: tau is `wedlm_entropy_threshold`, lambda `wedlm_pos_penalty_factor` and
+W `wedlm_window_size` (`SamplingParams` documents the public names).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ async function loadModel() {
     $("model").textContent = `${state.model} · context ${body.data[0].max_model_len}`;
     const defaults = body.data[0].wedlm;  // the engine's W, tau and lambda: the controls start there
     if (defaults) {
-      if (defaults.window_size) $("window").value = defaults.window_size;
+      if (defaults.wedlm_window_size) $("window").value = defaults.wedlm_window_size;
       if (typeof defaults.wedlm_entropy_threshold === "number") {
         $("tau").value = defaults.wedlm_entropy_threshold;
         $("tau-out").textContent = Number($("tau").value).toFixed(2);
@@ -52,7 +52,7 @@ function requestBody(messages) {
     stream_options: { include_usage: true },
     wedlm_trace: true,
     decoding: $("decoding").value,
-    window_size: num("window"),
+    wedlm_window_size: num("window"),
     wedlm_entropy_threshold: num("tau"),
     wedlm_pos_penalty_factor: num("lambda"),
     temperature: num("temperature"),

@@ -13,10 +13,10 @@
 #   OUT/times.txt                                        wall clock of each part
 #   OUT/speed_tables.md                                  engine vs transformers per task and
 #        batch, eager and compiled (benchmarks/speed_tables.py)
-# Usage: bash scripts/speed_session.sh OUT [BEFORE_COMMIT] [REPEATS]
+# Usage: bash scripts/cpu_speed.sh OUT [BEFORE_COMMIT] [REPEATS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:?usage: bash scripts/speed_session.sh OUT [BEFORE_COMMIT] [REPEATS]}
+OUT=${1:?usage: bash scripts/cpu_speed.sh OUT [BEFORE_COMMIT] [REPEATS]}
 BEFORE=${2:-56498e3}
 REPEATS=${3:-10}
 PY=${PYTHON:-python}
