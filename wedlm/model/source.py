@@ -127,8 +127,11 @@ def gguf_architecture(path: Path) -> str:
     Raises:
         ModelSourceError: not a readable GGUF file.
     """
-    import gguf
-
+    try:
+        import gguf
+    except ImportError:
+        raise ModelSourceError(f"{path}: reading GGUF files needs the gguf package "
+                               "(pip install 'wedlm[gguf]')") from None
     try:
         reader = gguf.GGUFReader(str(path))
         field = reader.fields["general.architecture"]
@@ -179,6 +182,7 @@ def write_gguf_as_folder(path: Path, out: Path) -> Path:
         ModelSourceError: transformers cannot read the file (names the file and transformers' reason).
     """
     import torch
+    from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -191,6 +195,16 @@ def write_gguf_as_folder(path: Path, out: Path) -> Path:
         raise ModelSourceError(f"{path}: transformers cannot read this GGUF file ({err})") from None
     finally:
         hf_logging.set_verbosity(verbosity)
-    model.save_pretrained(str(out))
+    # transformers marks a model read from GGUF as quantized and refuses `save_pretrained`; its
+    # tensors are already dequantized, so they are written directly
+    state = {name: t.detach().contiguous() for name, t in model.state_dict().items()}
+    if model.config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.save_pretrained(str(out))
+    model.generation_config.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
     return out
