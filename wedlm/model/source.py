@@ -164,6 +164,7 @@ def gguf_folder(path: Path) -> Path:
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
     try:
         write_gguf_as_folder(path, tmp)
+        tmp.chmod(0o755)  # mkdtemp's folder is private; the cache is shared like any other
         try:
             os.rename(tmp, target)
         except OSError:  # another process finished first: its folder is complete
