@@ -3,6 +3,8 @@ byte-level BPE vocabulary, ChatML template) loads in the engine with the same gr
 transformers loading the same file; the conversion is cached; bad files are clear errors."""
 
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,6 +12,8 @@ import torch
 
 from wedlm import LLM, SamplingParams
 from wedlm.model import ModelSourceError, resolve_model
+
+REPO = Path(__file__).resolve().parents[2]
 
 VOCAB, HIDDEN, LAYERS, HEADS, KV_HEADS, FFN = 256, 64, 2, 4, 2, 128
 LAYER_NAMES = {
@@ -149,3 +153,34 @@ def test_bad_gguf_files_are_clear_errors(tmp_path):
         resolve_model(other)
     with pytest.raises(FileNotFoundError, match="missing.gguf: .gguf file does not exist"):
         resolve_model(tmp_path / "missing.gguf")
+
+
+@pytest.mark.parametrize("family", ["qwen2", "qwen3"])
+def test_qwen_gguf_files_equal_transformers(family, ckpt_factory, tmp_path):
+    """Qwen2 (q/k/v bias) and Qwen3 (q/k norm) checkpoints written as float32 GGUF by the llama.cpp
+    peer benchmark's writer load with transformers' greedy tokens."""
+    import importlib.util
+
+    from transformers import AutoModelForCausalLM
+
+    spec = importlib.util.spec_from_file_location("llama_cpp_peer", REPO / "benchmarks" / "llama_cpp_peer.py")
+    peer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(peer)
+    # random weights with the shipped model's byte-level BPE tokenizer (the writer needs its merges)
+    # transformers' Qwen3 GGUF reader takes head_dim from Qwen3Config's default (128, every Qwen3's),
+    # not from the file's key length
+    shape = {"head_dim": 128} if family == "qwen3" else {}
+    src = tmp_path / "src"
+    shutil.copytree(ckpt_factory(f"gguf_{family}", family=family, seed=5, vocab_size=4096, **shape), src)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(REPO / "models" / "wedlm-tiny" / name, src / name)
+    path = peer.write_gguf(src, tmp_path / f"tiny-{family}.gguf")
+    llm = LLM(str(path), kv_block_size=4, device="cpu")
+    assert llm.engine.model.config.model_type == family
+    hf = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file=path.name, dtype=torch.float32).eval()
+    prompt = [5, 17, 990, 3, 42, 2000]
+    out = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=16, decoding="ar", ignore_eos=True))[0]
+    with torch.no_grad():
+        ref = hf.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=16, min_new_tokens=0,
+                          eos_token_id=None, pad_token_id=0)[0, len(prompt):].tolist()
+    assert out["token_ids"] == ref
