@@ -100,13 +100,15 @@ def hub_snapshot(repo_id: str, revision: str | None = None) -> Path:
                                "in (`hf auth login` or HF_TOKEN)") from None
     except RepositoryNotFoundError:
         raise ModelSourceError(f"{where}: no such repository on the Hugging Face Hub, or it is private "
-                               "(log in with `hf auth login` or HF_TOKEN)") from None
+                               f"(log in with `hf auth login` or HF_TOKEN); no local folder {repo_id} "
+                               "exists either") from None
     except RevisionNotFoundError:
         raise ModelSourceError(f"{where}: the repository has no revision {revision!r}") from None
     except LocalEntryNotFoundError:
         if constants.HF_HUB_OFFLINE:
             raise ModelSourceError(f"{where}: not in the Hugging Face cache {constants.HF_HUB_CACHE} and "
-                                   "HF_HUB_OFFLINE=1 forbids downloading it") from None
+                                   f"HF_HUB_OFFLINE=1 forbids downloading it; no local folder {repo_id} "
+                                   "exists either") from None
         raise ModelSourceError(f"{where}: the Hub cannot be reached and the cache {constants.HF_HUB_CACHE} "
                                "has no copy") from None
     except HfHubHTTPError as err:
