@@ -1,4 +1,5 @@
-"""`wedlm convert`: a Qwen2/Qwen3 AR checkpoint becomes a WeDLM checkpoint the engine loads.
+"""`wedlm convert`: a Qwen2/Qwen3 AR checkpoint becomes a WeDLM checkpoint the engine loads
+(Llama-family sources: tests/model/test_llama_convert.py).
 
 Weights must be byte-identical; config gets model_type wedlm, the family's
 attention flags and mask_token_id; the tokenizer gains `<|mask|>` when missing.
@@ -56,9 +57,9 @@ def test_convert_rejects_bad_inputs(tmp_path):
     with pytest.raises(ConvertError):
         convert(src, src)
     raw = json.loads((src / "config.json").read_text())
-    raw["model_type"] = "llama"
+    raw["model_type"] = "gpt2"
     (src / "config.json").write_text(json.dumps(raw))
-    with pytest.raises(ConvertError, match="llama"):
+    with pytest.raises(ConvertError, match="gpt2"):
         convert(src, tmp_path / "dst")
 
 

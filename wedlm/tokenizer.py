@@ -17,15 +17,19 @@ MASK_TOKENS = ("<|mask|>", "[MASK]", "<mask>")
 
 
 def load_tokenizer(path: str | Path):
-    """`transformers.AutoTokenizer.from_pretrained(path)` with a clear error.
+    """`transformers.AutoTokenizer.from_pretrained(folder)` with a clear error; `path` may also be a
+    .gguf file or a hub id (`wedlm.model.source.resolve_model`).
 
     Raises:
         FileNotFoundError: the folder has no tokenizer files.
+        ModelSourceError: see `resolve_model`.
     """
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    path = Path(path)
+    from .model.source import resolve_model
+
+    path = resolve_model(path)
     if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json")):
         raise FileNotFoundError(f"{path}: no tokenizer files (tokenizer.json / tokenizer_config.json)")
     # transformers does not know model_type "wedlm" and warns on every load that the config

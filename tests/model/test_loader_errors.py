@@ -36,9 +36,9 @@ def test_wrong_shape(ckpt):
 
 def test_unknown_model_type(ckpt):
     raw = json.loads((ckpt / "config.json").read_text())
-    raw["model_type"] = "llama"
+    raw["model_type"] = "gpt2"
     (ckpt / "config.json").write_text(json.dumps(raw))
-    with pytest.raises(ConfigError, match=r"config\.json: model_type='llama' is not supported"):
+    with pytest.raises(ConfigError, match=r"config\.json: model_type='gpt2' is not supported"):
         load_model(ckpt)
 
 

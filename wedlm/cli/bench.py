@@ -12,7 +12,8 @@ import shlex
 import sys
 
 from ..engine.defaults import DEFAULT_ENTROPY_THRESHOLD
-from .options import add_runtime_args, add_speed_args, apply_threads, bad_knob_option, default_model
+from .options import (add_revision_arg, add_runtime_args, add_speed_args, apply_threads, bad_knob_option,
+                      default_model)
 
 EXAMPLES = """examples:
   wedlm bench --quick                      # about a minute on a laptop CPU
@@ -48,7 +49,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "(a sweep of tau and lambda), block-wise, verified, AR and transformers generate on the "
                     "same weights, timed pair by pair; write JSON, markdown and plots.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default=default_model(), help="model folder (default: the shipped %(default)s)")
+    p.add_argument("--model", default=default_model(),
+                   help="model folder, .gguf file or hub id org/name (default: the shipped %(default)s)")
+    add_revision_arg(p)
     p.add_argument("--quick", action="store_true", help="small sweep and budgets: about a minute")
     p.add_argument("--out-dir", default="bench_out",
                    help="where benchmarks.json, benchmarks.md and img/ go (default: %(default)s)")

@@ -1,26 +1,31 @@
-"""`wedlm convert SRC DST [--mask-token-id N]`: turn a Qwen2/Qwen3 AR checkpoint into a WeDLM one."""
+"""`wedlm convert SRC DST [--mask-token-id N]`: turn an AR checkpoint (Qwen2/Qwen3/Llama/Mistral)
+into a WeDLM one."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+
+from .options import add_revision_arg
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("convert", help="AR checkpoint (qwen2/qwen3) -> WeDLM checkpoint (weights untouched)")
-    p.add_argument("src", help="AR checkpoint folder (config.json + safetensors + tokenizer)")
+    p = subparsers.add_parser("convert", help="AR checkpoint (qwen2/qwen3/llama/mistral) -> WeDLM checkpoint")
+    p.add_argument("src", help="AR checkpoint folder (config.json + safetensors + tokenizer), .gguf file or hub id")
     p.add_argument("dst", help="output folder")
     p.add_argument("--mask-token-id", type=int, default=None,
                    help="[MASK] id (default: the tokenizer's <|mask|>, added if missing)")
+    add_revision_arg(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from wedlm.convert import ConvertError, convert
+    from wedlm.convert import convert
 
     try:
-        out = convert(args.src, args.dst, args.mask_token_id)
-    except (ConvertError, FileNotFoundError) as err:
-        print(f"wedlm convert: {err}")
-        return 1
+        out = convert(args.src, args.dst, args.mask_token_id, revision=args.revision)
+    except (OSError, ValueError) as err:  # ConvertError, ConfigError, ModelSourceError, FileNotFoundError
+        print(f"wedlm convert: error: {err}", file=sys.stderr)
+        return 2
     print(f"wrote WeDLM checkpoint to {out}")
     return 0

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from ..engine.defaults import DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY
-from .options import add_runtime_args, apply_threads, bad_knob_option, default_model
+from .options import add_revision_arg, add_runtime_args, apply_threads, bad_knob_option, default_model
 
 TASKS_HELP = ("comma-separated: counting, sequence, arithmetic, equation (held-out synthetic suites), "
               "humaneval, gsm8k (needs --gsm8k-file), math (needs --math-file), "
@@ -34,7 +34,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "eval", help="accuracy and speed on held-out, HumanEval, GSM8K and MATH tasks",
         description="Score a model on real tasks and report accuracy beside tokens/forward, p_cache and tok/s.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default=default_model(), help="model folder (default: the shipped %(default)s)")
+    p.add_argument("--model", default=default_model(),
+                   help="model folder, .gguf file or hub id org/name (default: the shipped %(default)s)")
+    add_revision_arg(p)
     p.add_argument("--tasks", default="counting,arithmetic,equation", help=TASKS_HELP + " (default: %(default)s)")
     p.add_argument("--limit", type=int, default=None,
                    help="items per task (default: 50 for synthetic suites, all for files and HumanEval)")

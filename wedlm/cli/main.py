@@ -13,6 +13,7 @@ import sys
 from . import bench, chat, convert, generate, lm_eval, serve, train
 from . import eval as eval_command
 from .options import default_model  # noqa: F401  (re-exported: the shipped model's folder)
+from .options import resolve_model_arg
 
 COMMANDS = (generate, chat, serve, bench, eval_command, lm_eval, train, convert)
 
@@ -32,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
+        return 2
+    if not resolve_model_arg(args):
         return 2
     return int(args.func(args) or 0)
 

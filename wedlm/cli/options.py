@@ -54,7 +54,9 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     """Options that build the `LLM` (model folder, device, limits, window)."""
     group = parser.add_argument_group("engine")
     group.add_argument("--model", default=default_model(),
-                       help="model folder (HF config.json + safetensors + tokenizer); default: the shipped %(default)s")
+                       help="model folder (HF config.json + safetensors + tokenizer), .gguf file or hub id "
+                            "org/name; default: the shipped %(default)s")
+    add_revision_arg(group)
     group.add_argument("--wedlm-window-size", "--window-size", dest="window_size", type=int, default=None,
                        metavar="W",
                        help="WeDLM decoding window W (slots decoded in parallel); default: the engine's (16)")
@@ -69,6 +71,32 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                        help="split the weights across N ranks (N GPUs from --device's index, or N CPU "
                             "processes); default: 1")
     add_speed_args(group)
+
+
+def add_revision_arg(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """--revision: the branch, tag or commit of a hub id given as --model."""
+    parser.add_argument("--revision", default=None,
+                        help="hub revision (branch, tag or commit) when --model is a hub id; default: main")
+
+
+def resolve_model_arg(args: argparse.Namespace) -> bool:
+    """Turn `args.model` (a folder, a .gguf file or a hub id at `args.revision`) into its checkpoint
+    folder before the command runs (`wedlm.model.source.resolve_model`), so every command reads a
+    folder. A served model keeps the name given. False after printing `wedlm COMMAND: error: ...`."""
+    model = getattr(args, "model", None)
+    if not isinstance(model, str) or getattr(args, "command", None) == "lm-eval":
+        return True
+    from wedlm.model.source import resolve_model
+
+    try:
+        folder = resolve_model(model, getattr(args, "revision", None))
+    except OSError as err:
+        print(f"wedlm {args.command}: error: {err}", file=sys.stderr)
+        return False
+    if hasattr(args, "served_model_name") and args.served_model_name is None:
+        args.served_model_name = Path(model).name
+    args.model, args.revision = str(folder), None  # resolved: the folder is the model now
+    return True
 
 
 def add_speed_args(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -144,7 +172,8 @@ def build_llm(args: argparse.Namespace) -> Any:
     """`wedlm.LLM` from the engine options; unset ones keep the engine's defaults."""
     from wedlm import LLM
 
-    kwargs: dict[str, Any] = {"model": args.model, "device": args.device, "dtype": args.dtype}
+    kwargs: dict[str, Any] = {"model": args.model, "device": args.device, "dtype": args.dtype,
+                              "revision": getattr(args, "revision", None)}
     optional = {"wedlm_window_size": args.window_size, "max_model_len": args.max_model_len,
                 "max_num_seqs": args.max_num_seqs, "kv_block_size": args.kv_block_size,
                 "tensor_parallel_size": args.tensor_parallel_size, "enforce_eager": args.enforce_eager,

@@ -431,7 +431,8 @@ def optimize_for_inference(model: QwenForCausalLM) -> QwenForCausalLM:
         if isinstance(module, Attention) and not isinstance(module, FusedQKVAttention):
             module.__class__ = FusedQKVAttention
             module.fuse()
-        elif isinstance(module, SwiGLU) and not isinstance(module, FusedSwiGLU):
+        elif isinstance(module, SwiGLU) and not isinstance(module, FusedSwiGLU) and module.gate_proj.bias is None:
+            # an MLP with biases (Llama's mlp_bias) keeps its three plain projections
             module.__class__ = FusedSwiGLU
             module.fuse()
         elif fp32 and type(module) is RMSNorm:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numbers
 from collections.abc import Iterator
 
+from ..model.source import resolve_model
 from .config import EngineConfig
 from .engine import Engine
 from .errors import RequestError
@@ -25,7 +26,9 @@ class LLM:
     """A loaded model with its inference engine.
 
     Args:
-        model: checkpoint folder (config.json, safetensors, tokenizer).
+        model: checkpoint folder (config.json, safetensors, tokenizer), a .gguf file or a
+            Hugging Face hub id `org/name` (`wedlm.model.source.resolve_model`).
+        revision: branch, tag or commit of a hub id (None = "main").
         wedlm_window_size: WeDLM window W (None = generation_config.json's, else 16).
         max_model_len: context limit; None = min(4096, max_position_embeddings).
         max_num_seqs: most concurrent running requests.
@@ -47,7 +50,8 @@ class LLM:
     Raises:
         ValueError: a bad setting, naming it (a tensor_parallel_size that does not
             divide the model's heads, intermediate size or vocabulary names both
-            numbers, before any process starts); loader errors for a bad folder;
+            numbers, before any process starts); loader errors for a bad folder
+            (`ModelSourceError`, an OSError, for a model that cannot be found or fetched);
             RuntimeError when a tensor-parallel rank fails to start.
     """
 
@@ -56,9 +60,10 @@ class LLM:
                  dtype: str | None = None, num_kv_blocks: int | None = None,
                  max_num_batched_tokens: int | None = None, enable_prefix_caching: bool = True,
                  gpu_memory_utilization: float = 0.9, seed: int = 0, tensor_parallel_size: int = 1,
-                 enforce_eager: bool = True, autocast: bool | None = None) -> None:
+                 enforce_eager: bool = True, autocast: bool | None = None, revision: str | None = None) -> None:
+        self.source = str(model)
         self.engine = Engine(EngineConfig(
-            model=str(model), window_size=wedlm_window_size, max_model_len=max_model_len,
+            model=str(resolve_model(model, revision)), window_size=wedlm_window_size, max_model_len=max_model_len,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             kv_block_size=kv_block_size, num_kv_blocks=num_kv_blocks, device=device, dtype=dtype,
             enable_prefix_caching=enable_prefix_caching, gpu_memory_utilization=gpu_memory_utilization,
@@ -98,7 +103,8 @@ class LLM:
 
     @property
     def model_path(self) -> str:
-        return self.engine.model_path
+        """The model as given: a folder, a .gguf file or a hub id (`engine.model_path`: its folder)."""
+        return self.source
 
     # ---- step-level API (the server's contract) -----------------------------------
 

@@ -1,11 +1,13 @@
-"""Qwen-family causal decoder with logical position ids, attention metadata and HF loading."""
+"""Qwen/Llama-family causal decoder with logical position ids, attention metadata and HF loading."""
 
 from .attention import DenseAttention, KVCache, PagedAttention, Padding, SequenceSlice
 from .config import ConfigError, ModelConfig, RopeConfig
 from .loader import CheckpointError, load_model, resolve_dtype, save_model
 from .qwen import QwenForCausalLM
+from .source import ModelSourceError, resolve_model
 
 __all__ = [
-    "CheckpointError", "ConfigError", "DenseAttention", "KVCache", "ModelConfig", "PagedAttention", "Padding",
-    "QwenForCausalLM", "RopeConfig", "SequenceSlice", "load_model", "resolve_dtype", "save_model",
+    "CheckpointError", "ConfigError", "DenseAttention", "KVCache", "ModelConfig", "ModelSourceError",
+    "PagedAttention", "Padding", "QwenForCausalLM", "RopeConfig", "SequenceSlice", "load_model", "resolve_dtype",
+    "resolve_model", "save_model",
 ]

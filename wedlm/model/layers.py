@@ -32,13 +32,13 @@ class RMSNorm(nn.Module):
 
 
 class SwiGLU(nn.Module):
-    """down(silu(gate(x)) * up(x)); module names match the checkpoint tensors."""
+    """down(silu(gate(x)) * up(x)); module names match the checkpoint tensors (bias: Llama's `mlp_bias`)."""
 
-    def __init__(self, hidden: int, intermediate: int) -> None:
+    def __init__(self, hidden: int, intermediate: int, bias: bool = False) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=bias)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=bias)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -47,16 +47,21 @@ class SwiGLU(nn.Module):
 def rope_inv_freq(rope: RopeConfig, head_dim: int) -> tuple[torch.Tensor, float]:
     """Inverse frequencies [head_dim // 2] (float32) and the cos/sin scale factor.
 
-    default: theta^(-2i/d); linear: the same divided by `factor`; yarn: NTK-by-parts
-    blend of the two with a linear ramp between the correction dims for
-    `beta_fast` / `beta_slow` rotations (arXiv 2309.00071 section 3.2).
+    default: theta^(-2i/d); dynamic: the same (NTK base growth starts past
+    `max_position_embeddings`, beyond the engine's context limit); linear: divided by
+    `factor`; llama3: long wavelengths divided by `factor`, blended smoothly between
+    original/low_freq_factor and original/high_freq_factor; yarn: NTK-by-parts
+    blend with a linear ramp between the correction dims for `beta_fast` /
+    `beta_slow` rotations (arXiv 2309.00071 section 3.2).
     """
-    exponents = torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).to(torch.float32) / head_dim
     base_freq = 1.0 / (rope.theta ** exponents)
-    if rope.rope_type == "default":
+    if rope.rope_type in ("default", "dynamic"):
         return base_freq, 1.0
     if rope.rope_type == "linear":
         return base_freq / rope.factor, 1.0
+    if rope.rope_type == "llama3":
+        return _llama3_inv_freq(rope, base_freq), 1.0
     original = rope.original_max_position_embeddings or 4096
     low = _yarn_correction_dim(rope.beta_fast, head_dim, rope.theta, original)
     high = _yarn_correction_dim(rope.beta_slow, head_dim, rope.theta, original)
@@ -75,6 +80,16 @@ def rope_inv_freq(rope: RopeConfig, head_dim: int) -> tuple[torch.Tensor, float]
     else:
         scale = yarn_mscale(rope.factor)
     return inv_freq, scale
+
+
+def _llama3_inv_freq(rope: RopeConfig, base_freq: torch.Tensor) -> torch.Tensor:
+    original = rope.original_max_position_embeddings or 8192
+    wavelen = 2 * math.pi / base_freq
+    scaled = torch.where(wavelen > original / rope.low_freq_factor, base_freq / rope.factor, base_freq)
+    smooth = (original / wavelen - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor)
+    blended = (1 - smooth) * scaled / rope.factor + smooth * scaled
+    medium = (wavelen >= original / rope.high_freq_factor) & (wavelen <= original / rope.low_freq_factor)
+    return torch.where(medium, blended, scaled)
 
 
 def _yarn_correction_dim(rotations: float, dim: int, base: float, max_pos: int) -> float:

@@ -1,5 +1,7 @@
 """Load and save HF-format checkpoints: `config.json` + safetensors (single or sharded).
 
+The path may also be a `.gguf` file or a hub id: `source.resolve_model` turns it into a folder.
+
 Errors are `CheckpointError`s that name the file and the tensor, never a
 traceback from inside torch or safetensors.
 """
@@ -18,6 +20,7 @@ from safetensors.torch import save_file
 from .config import ConfigError, ModelConfig
 from .layers import RotaryEmbedding
 from .qwen import QwenForCausalLM
+from .source import ModelSourceError, resolve_model
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
@@ -99,37 +102,40 @@ def _read_tensors(files: dict[str, Path], wanted: dict[str, torch.Size]) -> dict
 
 
 def load_model(path: str | Path, dtype: str | torch.dtype | None = "float32",
-               device: str | torch.device = "cpu") -> QwenForCausalLM:
-    """Build the model from a HF checkpoint folder.
+               device: str | torch.device = "cpu", revision: str | None = None) -> QwenForCausalLM:
+    """Build the model from a HF checkpoint folder, a .gguf file or a hub id (`source.resolve_model`).
 
     Args:
-        path: folder with config.json and model.safetensors (or a sharded index).
+        path: folder with config.json and model.safetensors (or a sharded index), a .gguf
+            file or a hub id `org/name`.
         dtype: float32, bfloat16 or float16.
         device: "cpu", "cuda", "cuda:1", ...
+        revision: hub revision (hub ids only).
 
     Raises:
         FileNotFoundError: the folder or config.json does not exist.
+        ModelSourceError: a file that is not .gguf, a bad GGUF file, a hub id that cannot be fetched.
         ConfigError: unsupported model_type / rope_scaling / sizes.
         CheckpointError: a missing or truncated file, a missing tensor, a wrong shape.
     """
     torch_dtype = resolve_dtype(dtype)
-    model, files = meta_model(path)
+    model, files = meta_model(path, revision)
     expected = {n: p.shape for n, p in model.named_parameters()}  # tied lm_head is listed once
     tensors = _read_tensors(files, expected)
     return finish_model(model, {n: t.to(device=device, dtype=torch_dtype) for n, t in tensors.items()}, device)
 
 
-def meta_model(path: str | Path) -> tuple[QwenForCausalLM, dict[str, Path]]:
-    """The model of a checkpoint folder on the meta device (no memory), and the file of each tensor.
+def meta_model(path: str | Path, revision: str | None = None) -> tuple[QwenForCausalLM, dict[str, Path]]:
+    """The model of a checkpoint (folder, .gguf file or hub id) on the meta device (no memory),
+    and the file of each tensor.
 
     Raises:
         FileNotFoundError: the folder or config.json does not exist.
+        ModelSourceError: see `source.resolve_model`.
         ConfigError: an unsupported config.
         CheckpointError: a parameter with no tensor in the weight files (names the files).
     """
-    path = Path(path)
-    if not path.is_dir():
-        raise FileNotFoundError(f"{path}: checkpoint folder does not exist")
+    path = resolve_model(path, revision)
     config = ModelConfig.from_file(path)
     files = weight_files(path)
     with torch.device("meta"):
@@ -184,4 +190,4 @@ def _atomic_write(target: Path, write) -> None:
             os.unlink(tmp)
 
 
-__all__ = ["CheckpointError", "ConfigError", "load_model", "save_model", "resolve_dtype", "weight_files"]
+__all__ = ["CheckpointError", "ConfigError", "ModelSourceError", "load_model", "save_model", "resolve_dtype", "weight_files"]

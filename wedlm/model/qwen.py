@@ -1,4 +1,4 @@
-"""The Qwen-family causal decoder that WeDLM runs unmodified (docs/method.md, "The model and its checkpoint").
+"""The Qwen/Llama-family causal decoder that WeDLM runs unmodified (docs/method.md, "The model and its checkpoint").
 
 Plain PyTorch. Module names are the checkpoint's contract (`model.layers.N.self_attn.q_proj`
 and so on), so a HF state dict loads without renaming. `forward` takes token ids,
@@ -20,7 +20,8 @@ AttentionMetadata = DenseAttention | PagedAttention
 
 
 class Attention(nn.Module):
-    """GQA self-attention; q/k/v bias (Qwen2.5) and per-head q/k RMSNorm (Qwen3) by config."""
+    """GQA self-attention; q/k/v bias (Qwen2.5, Llama `attention_bias`), o_proj bias and
+    per-head q/k RMSNorm (Qwen3) by config."""
 
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__()
@@ -33,7 +34,7 @@ class Attention(nn.Module):
         self.q_proj = nn.Linear(config.hidden_size, self.num_heads * self.head_dim, bias=bias)
         self.k_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=False)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=config.o_proj_bias)
         if config.qk_norm:
             self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
             self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
@@ -60,7 +61,7 @@ class DecoderLayer(nn.Module):
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__()
         self.self_attn = Attention(config, layer_idx)
-        self.mlp = SwiGLU(config.hidden_size, config.intermediate_size)
+        self.mlp = SwiGLU(config.hidden_size, config.intermediate_size, config.mlp_bias)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
@@ -90,7 +91,7 @@ class QwenModel(nn.Module):
 
 
 class QwenForCausalLM(nn.Module):
-    """Qwen2 / Qwen3 / WeDLM causal LM.
+    """Qwen2 / Qwen3 / Llama / Mistral / WeDLM causal LM.
 
     The same network serves AR and WeDLM decoding: logits at an ordinary token at
     logical position p predict the token at p+1; logits at a [MASK] slot at

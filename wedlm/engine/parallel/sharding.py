@@ -1,4 +1,4 @@
-"""Megatron-style tensor parallelism for the Qwen-family decoder, applied by swapping modules.
+"""Megatron-style tensor parallelism for the Qwen/Llama-family decoder, applied by swapping modules.
 
 The model stays plain PyTorch (`wedlm/model/qwen.py`); `shard_model` narrows
 its weights to one rank's slice and swaps the few modules that must talk to the
@@ -10,9 +10,9 @@ other ranks, in the manner of gpt-fast:
 | `q_proj` (+ bias) | rows, by query head | none (column-parallel) |
 | `k_proj`, `v_proj` (+ bias) | rows, by KV head; replicated when KV heads < ranks | none |
 | `q_norm`, `k_norm`, layer norms, final norm | replicated | none |
-| `o_proj` | columns, by query head | all-reduce (row-parallel) |
-| `gate_proj`, `up_proj` | rows (intermediate) | none (column-parallel) |
-| `down_proj` | columns (intermediate) | all-reduce (row-parallel) |
+| `o_proj` (bias replicated) | columns, by query head | all-reduce (row-parallel) |
+| `gate_proj`, `up_proj` (+ bias) | rows (intermediate) | none (column-parallel) |
+| `down_proj` (bias replicated) | columns (intermediate) | all-reduce (row-parallel) |
 | `lm_head` (tied or not) | rows (vocabulary) | all-gather of the asked-for rows' logits |
 
 So a decoder layer costs two all-reduces, and every rank ends a forward with
@@ -79,6 +79,8 @@ def shard_slice(name: str, config: ModelConfig, rank: int, world_size: int) -> S
     parts = name.split(".")
     module, kind = parts[-2] if len(parts) > 1 else "", parts[-1]
     d = config.head_dim
+    if kind == "bias" and module in ("o_proj", "down_proj"):
+        return None  # a row-parallel layer adds its whole bias once, after the all-reduce
     if module == "q_proj" or module == "o_proj":
         n = config.num_attention_heads // world_size
         start, stop = rank * n * d, (rank + 1) * n * d
