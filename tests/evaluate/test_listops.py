@@ -60,8 +60,9 @@ def test_score_list_item_dispatches_on_kind():
 
 
 def test_one_list_rule_for_answers_given_as_text():
-    # the bench's listops task and the recipes' curriculum suite score by this rule
+    # the curriculum's listops scorer (wedlm eval, wedlm bench, the model card) is this rule
     from wedlm.bench.tasks import bench_task
+    from wedlm.evaluate.curriculum import score_item
 
     assert same_list("Ann,Bo, Cy.\n", "Ann, Bo, Cy") and not same_list("Ann, Cy, Bo", "Ann, Bo, Cy")
     assert not same_list("", "Ann") and not same_list("Ann, Bo", "Ann, Bo, Cy")
@@ -70,7 +71,8 @@ def test_one_list_rule_for_answers_given_as_text():
     assert score_list_answer(item, "").predicted is None
     task = bench_task("listops", 3)
     first = task.items[0]
-    assert task.score is score_list_answer and task.score(first, first.reference + ".").correct
+    assert task.score is score_item and task.score(first, first.reference["answer"] + ".").correct
+    assert not task.score(first, first.reference["answer"] + ", Zed").correct
 
 
 def test_listops_items_are_held_out_test_items_of_one_operation():

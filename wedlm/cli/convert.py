@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from .options import UsageError
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("convert", help="AR checkpoint (qwen2/qwen3) -> WeDLM checkpoint (weights untouched)")
@@ -15,12 +17,17 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from wedlm.convert import ConvertError, convert
+
+    if not Path(args.src).is_dir():
+        raise UsageError(f"{args.src}: no such folder (expected an AR checkpoint folder: config.json, "
+                         "safetensors weights, tokenizer)")
 
     try:
         out = convert(args.src, args.dst, args.mask_token_id)
-    except (ConvertError, FileNotFoundError) as err:
-        print(f"wedlm convert: {err}")
-        return 1
+    except (ConvertError, OSError) as err:
+        raise UsageError(str(err)) from None
     print(f"wrote WeDLM checkpoint to {out}")
     return 0

@@ -40,6 +40,47 @@ def default_model() -> str:
     return str(DEFAULT_MODEL)
 
 
+def int_at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= `low` (argparse reports anything else with exit status 2)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+def non_negative_float(text: str) -> float:
+    """An argparse type: a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be >= 0 and finite, got {text}")
+    return value
+
+
+def check_model(path: str) -> None:
+    """Fail early, before a long run starts, when `path` is not a loadable checkpoint folder
+    (the loader's own checks on config and weights, on the meta device: no memory).
+
+    Raises:
+        UsageError: the loader's message.
+    """
+    from wedlm.model.loader import CheckpointError, meta_model
+
+    try:
+        meta_model(path)
+    except (OSError, ValueError, CheckpointError) as err:
+        raise UsageError(str(err)) from None
+
+
 def add_device_args(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """--device and --dtype, the same for every command."""
     parser.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default: %(default)s)")
@@ -50,7 +91,7 @@ def add_device_args(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -
 def add_runtime_args(parser: argparse.ArgumentParser) -> None:
     """--device, --dtype and --threads, shared by the measuring commands (bench, eval)."""
     add_device_args(parser)
-    parser.add_argument("--threads", type=int, default=None,
+    parser.add_argument("--threads", type=int_at_least(1), default=None,
                         help="torch CPU threads (default: torch's; 1 is fastest on a busy machine)")
 
 
