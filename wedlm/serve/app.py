@@ -8,6 +8,13 @@ request become one SSE chunk, so a chunk is exactly what one decode step committ
 (the web chat colours text by it; `wedlm_trace: true` adds the step index and token
 ids to each chunk). A client that disconnects aborts its requests, which frees their
 KV blocks. Bad input is a 400 with an OpenAI error body naming the field.
+
+`/v1/completions` sends the prompt to the model as raw text, as OpenAI's endpoint does,
+even for a model trained on chat-formatted prompts only (generation_config.json's
+`wedlm_chat_only`; such a model may answer a raw prompt with nothing): chat-formatted
+requests go to `/v1/chat/completions`. `/v1/models` reports the model folder's
+`single_turn` and `chat_only` under `wedlm`; the web chat reads `single_turn` and then
+sends only the current question each turn (the API itself sends what the client sends).
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..engine.defaults import (DECODERS, DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY, DEFAULT_STOP_BY_AR,
-                               DEFAULT_STOP_IN_RUN, DEFAULT_WINDOW)
+                               DEFAULT_STOP_IN_RUN, DEFAULT_WINDOW, model_prompt_defaults)
 from . import protocol
 from .engine_loop import EngineLoop
 from .errors import APIError, bad_request, error_body, server_error
@@ -54,6 +61,7 @@ class Server:
         self.engine = EngineLoop(llm, on_finished=lambda delta: self.metrics.observe_finished(delta))
         self.metrics = ServerMetrics(lambda: self.engine.snapshot)
         self.prompts = PromptBuilder(private_tokenizer(llm.tokenizer), llm.max_model_len)
+        self.prompting = prompting(llm)
 
     # ----- request handling -----
     async def handle(self, request: Request, chat: bool) -> Response:
@@ -178,7 +186,7 @@ class Server:
         card = {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "wedlm",
                 "root": str(getattr(self.llm, "model_path", self.model_name)),
                 "max_model_len": self.prompts.max_model_len,
-                "wedlm": {"decoders": list(DECODERS), **decoding_defaults(self.llm)}}
+                "wedlm": {"decoders": list(DECODERS), **decoding_defaults(self.llm), **self.prompting}}
         return {"object": "list", "data": [card]}
 
     def health(self) -> JSONResponse:
@@ -217,6 +225,20 @@ def decoding_defaults(llm: Any) -> dict[str, Any]:
     return {"window_size": DEFAULT_WINDOW, "wedlm_entropy_threshold": DEFAULT_ENTROPY_THRESHOLD,
             "wedlm_pos_penalty_factor": DEFAULT_POS_PENALTY, "wedlm_stop_by_ar": DEFAULT_STOP_BY_AR,
             "wedlm_stop_in_run": DEFAULT_STOP_IN_RUN}
+
+
+def prompting(llm: Any) -> dict[str, bool]:
+    """{"single_turn", "chat_only"} of the engine's model folder (generation_config.json's
+    `wedlm_single_turn` / `wedlm_chat_only`; false for an engine without a folder).
+
+    Raises:
+        ValueError: a bad value in generation_config.json, naming file and key.
+    """
+    path = getattr(llm, "model_path", None)
+    if not isinstance(path, str) or not Path(path).is_dir():
+        return {"single_turn": False, "chat_only": False}
+    d = model_prompt_defaults(path)
+    return {"single_turn": d["wedlm_single_turn"], "chat_only": d["wedlm_chat_only"]}
 
 
 def delta_failure(delta: Any) -> str | None:
