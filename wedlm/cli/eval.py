@@ -200,15 +200,23 @@ def print_table(reports: list[dict]) -> None:
 
     table = Table(title="wedlm eval")
     for col in ("task", "decoding", "n", "accuracy", "tok/s", "tok/fwd", "p_cache", "TTFT ms"):
-        table.add_column(col, justify="left" if col in ("task", "decoding") else "right", no_wrap=True,
-                         min_width=15 if col == "task" else None)
+        table.add_column(col, justify="left" if col in ("task", "decoding") else "right")
     for r in reports:
         m = r["metrics"]
         acc = "-" if r["accuracy"] is None else f"{100 * r['accuracy']:.1f}%"
         ttft = "-" if m["ttft_s"] is None else f"{1000 * m['ttft_s']:.0f}"
         table.add_row(r["task"], r["decode"]["decoding"], str(r["n"]), acc, f"{m['tokens_per_s']:.1f}",
                       f"{m['tokens_per_forward']:.2f}", f"{m['p_cache']:.2f}", ttft)
-    Console().print(table)
+    console().print(table)
+
+
+def console():
+    """A rich Console; 120 columns when stdout is not a terminal, so task names are not cut."""
+    import sys
+
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 120)
 
 
 def print_listops(reports: list[dict]) -> list[dict]:
@@ -219,7 +227,7 @@ def print_listops(reports: list[dict]) -> list[dict]:
 
     rows = listops_table(reports)
     if any(row["verified"] is not None for row in rows):  # its point: verified against AR, item by item
-        Console().print(render_listops_table(rows))
+        console().print(render_listops_table(rows))
     return rows
 
 
@@ -250,7 +258,7 @@ def print_totals(rows: list[dict]) -> None:
         table.add_column(col, justify="left" if col in ("task", "decoding") else "right")
     for r in rows:
         table.add_row(r["task"], r["decoding"], str(r["n"]), f"{100 * r['accuracy']:.1f}%")
-    Console().print(table)
+    console().print(table)
 
 
 def decode_configs(args: argparse.Namespace) -> list:
