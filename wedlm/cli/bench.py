@@ -13,15 +13,24 @@ import sys
 
 from ..bench.tasks import BENCH_TASKS
 from ..engine.defaults import DEFAULT_ENTROPY_THRESHOLD
-from .options import (UsageError, add_runtime_args, add_speed_args, apply_threads, check_device, check_model,
-                      default_model, int_at_least, non_negative_float)
+from .options import (
+    UsageError,
+    add_runtime_args,
+    add_speed_args,
+    apply_threads,
+    check_device,
+    check_model,
+    default_model,
+    int_at_least,
+    non_negative_float,
+)
 
 EXAMPLES = """examples:
   wedlm bench --quick                      # about a minute on a laptop CPU
   wedlm bench --out-dir docs               # regenerate docs/benchmarks.md and docs/img/bench_*.png
-  wedlm bench --model /models/WeDLM-8B-Instruct --device cuda --dtype bfloat16 --tasks arithmetic,text
+  wedlm bench --model /models/WeDLM-8B-Instruct --device cuda --dtype bfloat16 --tasks arithmetic,text   # not run by tests: needs a GPU
   wedlm bench --slot-cost --quick          # the slot-cost curve only (shipped model, eager and compiled)
-  wedlm bench --slot-cost --slot-cost-models models/wedlm-tiny,random-40m,random-150m --out-dir docs
+  wedlm bench --slot-cost --slot-cost-models models/wedlm-tiny,random-40m,random-150m --out-dir docs   # not run by tests: minutes of timing
 """
 
 

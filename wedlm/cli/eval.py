@@ -17,8 +17,16 @@ import json
 from pathlib import Path
 
 from ..engine.defaults import DECODERS, DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY
-from .options import (UsageError, add_runtime_args, apply_threads, check_device, check_model, default_model,
-                      int_at_least, non_negative_float)
+from .options import (
+    UsageError,
+    add_runtime_args,
+    apply_threads,
+    check_device,
+    check_model,
+    default_model,
+    int_at_least,
+    non_negative_float,
+)
 
 CURRICULUM = ("count", "addsub", "listops")
 SYNTHETIC = ("counting", "sequence", "arithmetic", "equation")
@@ -195,7 +203,6 @@ def decoders_for(args: argparse.Namespace) -> list[str]:
 
 def print_table(reports: list[dict]) -> None:
     """Accuracy and speed per (task, decoder) as a rich table."""
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title="wedlm eval")
@@ -221,7 +228,6 @@ def console():
 
 def print_listops(reports: list[dict]) -> list[dict]:
     """The per-operation listops table (when listops ran with verified); returns its rows."""
-    from rich.console import Console
 
     from wedlm.evaluate.listops import listops_table, render_listops_table
 
@@ -248,7 +254,6 @@ def family_totals(reports: list[dict]) -> list[dict]:
 
 def print_totals(rows: list[dict]) -> None:
     """The `family_totals` rows as a table (nothing when there are none)."""
-    from rich.console import Console
     from rich.table import Table
 
     if not rows:

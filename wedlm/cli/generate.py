@@ -15,8 +15,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .options import (UsageError, add_engine_args, add_sampling_args, chat_prompt, fit_budget, format_stats,
-                      load_llm, prompt_defaults, sampling_params_from_args, stop_note)
+from .options import (
+    UsageError,
+    add_engine_args,
+    add_sampling_args,
+    chat_prompt,
+    fit_budget,
+    format_stats,
+    load_llm,
+    prompt_defaults,
+    sampling_params_from_args,
+    stop_note,
+)
 
 EXAMPLES = """examples:
   wedlm generate --chat "Count from 1 to 20." --temperature 0

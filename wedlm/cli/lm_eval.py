@@ -14,9 +14,9 @@ import sys
 
 EXAMPLES = """examples:
   wedlm lm-eval --model wedlm --model_args pretrained=models/wedlm-tiny,decoding=wedlm --device cpu \\
-                --tasks my_task --include_path my_tasks/ --log_samples --output_path out/
+                --tasks my_task --include_path my_tasks/ --log_samples --output_path out/   # not run by tests: needs a task folder my_tasks/
   wedlm lm-eval --model wedlm --model_args pretrained=/models/WeDLM-8B-Instruct,decoding=wedlm,\\
-wedlm_entropy_threshold=0.4,window_size=16 --tasks gsm8k --device cuda
+wedlm_entropy_threshold=0.4,window_size=16 --tasks gsm8k --device cuda   # not run by tests: needs a GPU and the network
   wedlm lm-eval ls tasks
 """
 

@@ -12,8 +12,10 @@ import sys
 
 from . import bench, chat, convert, generate, lm_eval, serve, train
 from . import eval as eval_command
-from .options import UsageError
-from .options import default_model  # noqa: F401  (re-exported: the shipped model's folder)
+from .options import (
+    UsageError,
+    default_model,  # noqa: F401  (re-exported: the shipped model's folder)
+)
 
 COMMANDS = (generate, chat, serve, bench, eval_command, lm_eval, train, convert)
 
