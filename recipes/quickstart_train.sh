@@ -9,9 +9,9 @@ STEPS=${STEPS:-300}
 OUT=${OUT:-runs/quickstart}
 
 [ -f data/quickstart/train.jsonl ] || $PY -m wedlm.data.curriculum --out data/quickstart --scale 0.01
+# resumes when $OUT already holds a run (a finished one returns at once)
 $PY -m wedlm.cli.main train --config configs/quickstart.yaml --set max_steps="$STEPS" --set out_dir="$OUT" \
-  --set save_every="$STEPS" | tee /dev/stderr | tail -n 1 > "$OUT.final.txt"
-FINAL=$(sed -n 's/^final checkpoint: //p' "$OUT.final.txt")
-rm -f "$OUT.final.txt"
+  --set save_every="$STEPS"
+FINAL="$OUT/final"
 $PY -m wedlm.cli.main generate --model "$FINAL" --chat "Count from 1 to 20." --temperature 0
 echo "trained checkpoint: $FINAL (try: wedlm chat --model $FINAL)"
