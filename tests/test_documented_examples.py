@@ -142,7 +142,7 @@ def bounded(line: str) -> str:
                  "--max-tokens 32 --taus 0.4 --lambdas 0.02 --blockwise-taus 0.9",
         "train": "--set max_steps=2 --set save_every=1 --set out_dir=runs/example --set data_limit=64 "
                  "--set micro_batch=2 --set seq_len=256",
-        "lm-eval": "--limit 1",
+        "lm-eval": "" if " ls " in f" {body} " else "--limit 1",
     }.get(command, "")
     return f"{body} {extra}".rstrip()
 

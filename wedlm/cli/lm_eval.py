@@ -55,6 +55,9 @@ def run_harness(harness_args: list[str]) -> int:
     sys.argv = ["lm-eval", *harness_args]  # the harness reads sys.argv itself
     try:
         cli_evaluate()
+    except ValueError as err:  # the harness's word for a user mistake, e.g. "Tasks not found: ..."
+        print(f"wedlm lm-eval: error: {err}", file=sys.stderr)
+        return 2
     except SystemExit as exc:
         if isinstance(exc.code, str):
             print(exc.code, file=sys.stderr)
