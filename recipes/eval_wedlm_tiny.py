@@ -28,8 +28,16 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from recipes import curriculum_suite as suite  # noqa: E402
+from wedlm.evaluate.curriculum import score_example  # noqa: E402
 
 DECODINGS = ("ar", "wedlm", "verified")
+
+
+def scored(exs: list[dict], recs: list[dict]) -> list[dict]:
+    """`recs` with "right" decided by the package scorer (`wedlm eval` and `wedlm bench` use it too)."""
+    for ex, r in zip(exs, recs):
+        r["right"] = score_example(ex, r["text"])
+    return recs
 
 
 def defaults(model: str) -> dict:
@@ -52,7 +60,7 @@ def count200(model: str, window: int, tau: float, lam: float) -> dict:
           "answer": ", ".join(str(i) for i in range(1, 201)), "final": None}
     out = {}
     for decoding in ("ar", "wedlm", "verified"):
-        r = suite.run(llm, [ex], decoding, tau, lam)[0]
+        r = scored([ex], suite.run(llm, [ex], decoding, tau, lam))[0]
         out[decoding] = {"exact": r["right"], "stopped": r["stopped"], "tokens": r["decode_tokens"],
                          "forwards": r["decode_forwards"],
                          "tokens_per_forward": r["decode_tokens"] / max(1, r["decode_forwards"]),
@@ -182,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         exs = suite.items("test", {"count": args.n_count, "addsub": args.n_addsub, "listops": args.n_listops})
         llm = LLM(model=args.model)
         summary["precision"] = llm.engine.precision  # bf16 autocast where the CPU has bf16 matrix units
-        recs = {dec: suite.run(llm, exs, dec, d["tau"], d["lam"]) for dec in DECODINGS}
+        recs = {dec: scored(exs, suite.run(llm, exs, dec, d["tau"], d["lam"])) for dec in DECODINGS}
         summary["tasks"] = {dec: suite.table(r, "task/op") for dec, r in recs.items()}
         summary["tasks_total"] = {dec: suite.table(r, "task") for dec, r in recs.items()}
         summary["verified_differs_from_ar"] = sum(a["text"] != v["text"] for a, v in zip(recs["ar"], recs["verified"]))

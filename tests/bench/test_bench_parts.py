@@ -14,14 +14,15 @@ from wedlm.cli import bench as bench_cli
 def test_counting_task_starts_with_the_headline_prompt():
     task = bench_task("counting", 3)
     assert task.items[0].messages[0]["content"] == HEADLINE_PROMPT
-    assert task.items[0].reference == ", ".join(str(i) for i in range(1, 201))
-    assert task.score(task.items[0], task.items[0].reference).correct
+    assert task.items[0].reference["answer"] == ", ".join(str(i) for i in range(1, 201))
+    assert task.score(task.items[0], task.items[0].reference["answer"]).correct
+    assert not task.score(task.items[0], task.items[0].reference["answer"] + ", 201").correct
     assert len(task.items) == 3 and task.max_tokens == 1024
 
 
 def test_quick_counting_prompts_are_short():
     task = bench_task("counting", 8, quick=True)
-    assert len(task.items) == 8 and all(len(i.reference) <= 150 for i in task.items)
+    assert len(task.items) == 8 and all(len(i.reference["answer"]) <= 150 for i in task.items)
     assert task.max_tokens == 256
 
 
@@ -31,11 +32,12 @@ def test_curriculum_tasks_come_from_the_test_split():
     arith = bench_task("arithmetic", 4)
     test = curriculum.examples("addsub", 4, "test")
     assert [i.messages[0]["content"] for i in arith.items] == [e["prompt"] for e in test]
-    assert [i.reference for i in arith.items] == [e["final"] for e in test]
+    assert [i.reference for i in arith.items] == test
     assert arith.score(arith.items[0], test[0]["answer"]).correct
+    assert not arith.score(arith.items[0], test[0]["answer"] + "1").correct
     lists = bench_task("listops", 3)
     want = curriculum.examples("listops", 3, "test")
-    assert [i.reference for i in lists.items] == [e["answer"] for e in want] and lists.max_tokens == 48
+    assert [i.reference for i in lists.items] == want and lists.max_tokens == 48
     assert lists.score(lists.items[0], want[0]["answer"]).correct
     assert not lists.score(lists.items[0], want[0]["answer"] + ", Tom").correct
 

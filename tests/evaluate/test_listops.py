@@ -60,8 +60,9 @@ def test_score_list_item_dispatches_on_kind():
 
 
 def test_one_list_rule_for_answers_given_as_text():
-    # the bench's listops task and the recipes' curriculum suite score by this rule
+    # the curriculum's listops scorer (wedlm eval, wedlm bench, the model card) is this rule
     from wedlm.bench.tasks import bench_task
+    from wedlm.evaluate.curriculum import score_item
 
     assert same_list("Ann,Bo, Cy.\n", "Ann, Bo, Cy") and not same_list("Ann, Cy, Bo", "Ann, Bo, Cy")
     assert not same_list("", "Ann") and not same_list("Ann, Bo", "Ann, Bo, Cy")
@@ -70,7 +71,8 @@ def test_one_list_rule_for_answers_given_as_text():
     assert score_list_answer(item, "").predicted is None
     task = bench_task("listops", 3)
     first = task.items[0]
-    assert task.score is score_list_answer and task.score(first, first.reference + ".").correct
+    assert task.score is score_item and task.score(first, first.reference["answer"] + ".").correct
+    assert not task.score(first, first.reference["answer"] + ", Zed").correct
 
 
 def test_listops_items_are_held_out_test_items_of_one_operation():
@@ -126,16 +128,19 @@ def test_verified_must_match_ar_item_by_item_when_all_outputs_are_kept():
 def test_eval_cli_listops_reports_per_operation(ckpt_factory, tmp_path, capsys):
     path = ckpt_factory("eval-wedlm", wedlm=True, tokenizer=True, vocab_size=260)
     out = tmp_path / "listops.json"
-    rc = main(["eval", "--model", str(path), "--tasks", "listops", "--limit", "1", "--max-tokens", "4",
+    rc = main(["eval", "--model", str(path), "--tasks", "listops", "--limit", "8", "--max-tokens", "4",
                "--threads", "1", "--out", str(out)])
     assert rc == 0
     saved = json.loads(out.read_text())
+    first = curriculum.examples("listops", 8, "test")  # --limit 8: the first 8 test items, by operation
+    ops = list(dict.fromkeys(ex["op"] for ex in first))
     decoders = [r["decode"]["decoding"] for r in saved["results"]]
-    assert decoders == ["ar"] * 6 + ["wedlm"] * 6 + ["verified"] * 6  # the default for listops
+    assert decoders == ["ar"] * len(ops) + ["wedlm"] * len(ops) + ["verified"] * len(ops)  # the default for listops
     rows = saved["listops"]
-    assert [r["task"] for r in rows] == [f"listops/{op}" for op in curriculum.LIST_OPS]
+    assert [r["task"] for r in rows] == [f"listops/{op}" for op in ops]
     for row in rows:
-        assert row["n"] == 1 and row["wedlm_tokens_per_forward"] > 0
+        assert row["n"] == sum(ex["op"] == row["task"].split("/")[1] for ex in first)
+        assert row["wedlm_tokens_per_forward"] > 0
         assert row["verified"] == row["ar"] and row["verified_equals_ar"] is True
     printed = capsys.readouterr().out
     assert "listops: per operation" in printed and "verified = AR" in printed

@@ -66,3 +66,36 @@ def test_web_chat_streams_a_coloured_answer(browser, base_url, tmp_path):
     print(f"web chat screenshot: {shot}")
     assert shot.stat().st_size > 10_000
     page.close()
+
+
+def single_turn_copy(folder, tmp_path):
+    """A copy of the checkpoint whose generation_config.json declares it single-turn."""
+    import json
+    import shutil
+
+    copy = tmp_path / "single_turn"
+    shutil.copytree(folder, copy)
+    config = copy / "generation_config.json"
+    data = json.loads(config.read_text()) if config.exists() else {}
+    config.write_text(json.dumps({**data, "wedlm_single_turn": True}))
+    return copy
+
+
+def test_single_turn_model_sends_each_question_alone(browser, tiny_wedlm, tmp_path):
+    from tests_serve_util import MODEL_NAME, make_llm, running_server
+
+    from wedlm.serve import create_app
+
+    app = create_app(make_llm(single_turn_copy(tiny_wedlm, tmp_path)), MODEL_NAME)
+    sent = []
+    with running_server(app) as url:
+        page = browser.new_page()
+        page.on("request", lambda r: sent.append(r.post_data_json) if r.url.endswith("/chat/completions") else None)
+        page.goto(url + "/")
+        page.wait_for_selector(".msg.note")
+        assert page.locator(".msg.note").count() == 1 and "single questions" in page.inner_text(".msg.note")
+        set_value(page, "#max-tokens", 4)
+        ask(page, "one", turn=0)
+        ask(page, "two", turn=1)
+        page.close()
+    assert [m["content"] for m in sent[1]["messages"]] == ["two"]  # the first turn is not sent again

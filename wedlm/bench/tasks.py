@@ -3,14 +3,17 @@
 What: `bench_tasks(names, quick)` builds `EvalTask`s:
 - counting (low entropy): "Count from 1 to 200." (the paper's headline demo) then
   held-out counting prompts (the curriculum's test split: ranges in 0..1100, up or
-  down, steps 1/2/5/10); scored by exact match of the listed numbers;
+  down, steps 1/2/5/10);
 - arithmetic (structured reasoning): held-out two-digit "What is A + B?" /
-  "What is A - B?" (curriculum test split); scored by the final number;
+  "What is A - B?" (curriculum test split);
 - listops (list operations, ParallelBench's family): copy / reverse / sort /
-  insert / remove / replace on short name lists (curriculum test split); exact match;
+  insert / remove / replace on short name lists (curriculum test split);
 - code (code completion): held-out stdlib chunks cut mid-file, "Complete this
   Python code:" as in the tiny model's SFT; speed only;
 - text (open-ended): free-form prose prompts; speed only.
+
+The three curriculum tasks are scored by `wedlm.evaluate.curriculum` (the rules of
+`wedlm eval` and the model card).
 
 Why: WeDLM's gain shrinks as entropy grows (1673 / 745 / 198 tok/s for
 counting / math / open-ended on a GPU); a suite that spans the regimes shows
@@ -22,9 +25,7 @@ from __future__ import annotations
 
 import random
 
-from wedlm.data import curriculum
-from wedlm.evaluate.listops import score_list_answer
-from wedlm.evaluate.synthetic import score_final_number, score_listing
+from wedlm.evaluate.curriculum import example_item, heldout_examples, score_item
 from wedlm.evaluate.tasks import EvalItem, EvalTask, chat_item
 
 BENCH_TASKS = ("counting", "arithmetic", "listops", "code", "text")
@@ -45,20 +46,19 @@ MAX_TOKENS = {"counting": (1024, 256), "arithmetic": (32, 32), "listops": (48, 4
 
 
 def curriculum_items(task: str, n: int) -> list[EvalItem]:
-    """`n` items of a curriculum task from its test split; the reference is the final number
-    (addsub) or the whole answer."""
-    return [chat_item(f"{task}/{i}", ex["prompt"], ex["final"] if ex["final"] is not None else ex["answer"])
-            for i, ex in enumerate(curriculum.examples(task, n, "test"))]
+    """`n` items of a curriculum task from its test split; the reference is the example."""
+    return [example_item(ex, f"{task}/{i}") for i, ex in enumerate(heldout_examples(task, n))]
 
 
 def counting_items(n: int, quick: bool) -> list[EvalItem]:
     """The headline prompt first (full runs), then held-out counting prompts (short ones if quick)."""
     if not quick:
-        headline = chat_item("counting/headline", HEADLINE_PROMPT, ", ".join(map(str, range(1, 201))))
+        headline = example_item({"task": "count", "op": "up", "prompt": HEADLINE_PROMPT,
+                                 "answer": ", ".join(map(str, range(1, 201))), "final": None}, "counting/headline")
         return [headline] + curriculum_items("count", n - 1) if n > 1 else [headline]
     draw = 4 * n
     while True:  # test draws are prefix-stable, so drawing more only appends
-        pool = [i for i in curriculum_items("count", draw) if len(i.reference) <= 150]
+        pool = [i for i in curriculum_items("count", draw) if len(i.reference["answer"]) <= 150]
         if len(pool) >= n:
             return pool[:n]
         draw *= 2
@@ -97,12 +97,11 @@ def bench_task(name: str, n: int, quick: bool = False, max_tokens: int | None = 
         raise ValueError(f"unknown bench task {name!r}; expected one of {BENCH_TASKS}")
     budget = max_tokens or MAX_TOKENS[name][1 if quick else 0]
     if name == "counting":
-        return EvalTask("counting", counting_items(n, quick), score_listing, budget, kind="low-entropy")
+        return EvalTask("counting", counting_items(n, quick), score_item, budget, kind="low-entropy")
     if name == "arithmetic":
-        return EvalTask("arithmetic", curriculum_items("addsub", n), score_final_number, budget,
-                        kind="reasoning")
+        return EvalTask("arithmetic", curriculum_items("addsub", n), score_item, budget, kind="reasoning")
     if name == "listops":
-        return EvalTask("listops", curriculum_items("listops", n), score_list_answer, budget, kind="list-operations")
+        return EvalTask("listops", curriculum_items("listops", n), score_item, budget, kind="list-operations")
     if name == "code":
         return EvalTask("code", code_items(n), None, budget, kind="code")
     return EvalTask("text", text_items(n), None, budget, kind="open-ended")

@@ -11,35 +11,59 @@ import argparse
 import shlex
 import sys
 
+from ..bench.tasks import BENCH_TASKS
 from ..engine.defaults import DEFAULT_ENTROPY_THRESHOLD
-from .options import (add_revision_arg, add_runtime_args, add_speed_args, apply_threads, bad_knob_option,
-                      default_model)
+from .options import (
+    UsageError,
+    add_revision_arg,
+    add_runtime_args,
+    add_speed_args,
+    apply_threads,
+    bad_knob_option,
+    check_device,
+    check_model,
+    default_model,
+    int_at_least,
+    non_negative_float,
+)
 
 EXAMPLES = """examples:
   wedlm bench --quick                      # about a minute on a laptop CPU
   wedlm bench --out-dir docs               # regenerate docs/benchmarks.md and docs/img/bench_*.png
-  wedlm bench --model /models/WeDLM-8B-Instruct --device cuda --dtype bfloat16 --tasks arithmetic,text
+  wedlm bench --model /models/WeDLM-8B-Instruct --device cuda --dtype bfloat16 --tasks arithmetic,text   # not run by tests: needs a GPU
   wedlm bench --slot-cost --quick          # the slot-cost curve only (shipped model, eager and compiled)
-  wedlm bench --slot-cost --slot-cost-models models/wedlm-tiny,random-40m,random-150m --out-dir docs
+  wedlm bench --slot-cost --slot-cost-models models/wedlm-tiny,random-40m,random-150m --out-dir docs   # not run by tests: minutes of timing
 """
 
 
 def _floats(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    """Comma-separated numbers >= 0 (thresholds, penalties)."""
+    values = tuple(non_negative_float(x) for x in text.split(",") if x.strip())
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+    return values
 
 
 def _ints(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    """Comma-separated integers >= 1 (batch sizes)."""
+    values = tuple(int_at_least(1)(x) for x in text.split(",") if x.strip())
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    return values
 
 
 def _names(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def _task_names(text: str) -> tuple[str, ...]:
+    """Comma-separated bench tasks, each one of `BENCH_TASKS`."""
+    names = _names(text)
+    unknown = [n for n in names if n not in BENCH_TASKS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown task(s) {', '.join(unknown) or repr(text)}; "
+                                         f"the tasks are {', '.join(BENCH_TASKS)}")
+    return names
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -55,16 +79,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="small sweep and budgets: about a minute")
     p.add_argument("--out-dir", default="bench_out",
                    help="where benchmarks.json, benchmarks.md and img/ go (default: %(default)s)")
-    p.add_argument("--tasks", type=_names, default=None, help="comma-separated subset of counting,arithmetic,listops,code,text")
+    p.add_argument("--tasks", type=_task_names, default=None, help="comma-separated subset of " + ",".join(BENCH_TASKS))
     p.add_argument("--taus", type=_floats, default=None, metavar="T1,T2", help="entropy thresholds for wedlm")
     p.add_argument("--lambdas", type=_floats, default=None, metavar="L1,L2",
                    help="distance penalties: the first for the tau sweep, the rest at --lambda-tau")
-    p.add_argument("--lambda-tau", type=float, default=DEFAULT_ENTROPY_THRESHOLD,
+    p.add_argument("--lambda-tau", type=non_negative_float, default=DEFAULT_ENTROPY_THRESHOLD,
                    help="tau for the lambda sweep (default: %(default)s)")
     p.add_argument("--blockwise-taus", type=_floats, default=None, metavar="T1,T2", help="thresholds for blockwise")
     p.add_argument("--batch-sizes", type=_ints, default=(1, 8), help="default: 1,8")
-    p.add_argument("--repeats", type=int, default=None, help="timed repeats (default: 3, quick: 1)")
-    p.add_argument("--max-tokens", type=int, default=None, help="override every task's generation budget")
+    p.add_argument("--repeats", type=int_at_least(1), default=None, help="timed repeats (default: 3, quick: 1)")
+    p.add_argument("--max-tokens", type=int_at_least(1), default=None, help="override every task's generation budget")
     p.add_argument("--wedlm-window-size", "--window-size", dest="window_size", type=int, default=None, metavar="W",
                    help="decoding window (default: the model's generation_config.json, else 16)")
     p.add_argument("--no-transformers", action="store_true", help="skip the transformers generate peer")
@@ -79,7 +103,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--slot-cost-models", type=_names, default=None, metavar="M1,M2",
                    help="slot-cost models: folders or random-40m / random-150m (random-weight Qwen3 shapes); "
                         "default: --model, random-40m, random-150m (quick: --model)")
-    p.add_argument("--slot-cost-prefix", type=int, default=None, metavar="N",
+    p.add_argument("--slot-cost-prefix", type=int_at_least(1), default=None, metavar="N",
                    help="cached prefix of the slot-cost forwards (default: 512, quick: 128)")
     add_runtime_args(p)
     add_speed_args(p)
@@ -90,7 +114,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace, command: str = ""):
     """`BenchConfig` from parsed options; --quick shrinks the sweep unless options say otherwise."""
     from wedlm.bench.runner import BenchConfig
-    from wedlm.bench.tasks import BENCH_TASKS
 
     quick = args.quick
     picked = {
@@ -147,10 +170,15 @@ def run(args: argparse.Namespace) -> int:
     if bad_knob_option(args, "bench"):
         return 2
     apply_threads(args)
+    check_device(args.device)
     if args.slot_cost:
         return run_slot_cost_section(args)
     argv = sys.argv[1:] if sys.argv[1:2] == ["bench"] else ["bench", "..."]
-    cfg = config_from_args(args, shlex.join(["wedlm", *argv]))
+    try:
+        cfg = config_from_args(args, shlex.join(["wedlm", *argv]))
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    check_model(args.model)
     result = run_bench(cfg)
     paths = write_report(result, args.out_dir, plots=not args.no_plots)
     print(f"machine: {result['machine_line']}")

@@ -4,9 +4,8 @@ into a WeDLM one."""
 from __future__ import annotations
 
 import argparse
-import sys
 
-from .options import add_revision_arg
+from .options import UsageError, add_revision_arg
 
 
 def add_parser(subparsers) -> None:
@@ -25,7 +24,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         out = convert(args.src, args.dst, args.mask_token_id, revision=args.revision)
     except (OSError, ValueError) as err:  # ConvertError, ConfigError, ModelSourceError, FileNotFoundError
-        print(f"wedlm convert: error: {err}", file=sys.stderr)
-        return 2
+        raise UsageError(str(err)) from None
     print(f"wrote WeDLM checkpoint to {out}")
     return 0

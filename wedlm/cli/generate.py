@@ -1,6 +1,9 @@
 """`wedlm generate`: one completion from the command line, a thin wrapper over `LLM.generate`.
 
-The engine and sampling options are the shared ones of `options.py`.
+The engine and sampling options are the shared ones of `options.py`. The prompt goes to
+the model as raw text, or through its chat template with `--chat`; a model folder whose
+generation_config.json says `"wedlm_chat_only": true` (it was trained on chat-formatted
+prompts only) gets the template unless `--no-chat` / `--raw` asks for the raw text.
 """
 
 from __future__ import annotations
@@ -12,26 +15,43 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .options import (add_engine_args, add_sampling_args, chat_prompt, format_stats, load_llm,
-                      sampling_params_from_args)
+from .options import (
+    UsageError,
+    add_engine_args,
+    add_sampling_args,
+    chat_prompt,
+    fit_budget,
+    format_stats,
+    load_llm,
+    prompt_defaults,
+    sampling_params_from_args,
+    stop_note,
+)
 
 EXAMPLES = """examples:
-  wedlm generate "Count from 1 to 20:" --max-tokens 64 --temperature 0
-  wedlm generate --file prompt.txt --decoding verified --json
-  echo "Hi" | wedlm generate - --chat --threshold 0.6 --window-size 8
+  wedlm generate --chat "Count from 1 to 20." --temperature 0
+  wedlm generate --chat "What is 47 + 38?" --decoding verified --json
+  echo "Reverse the list: Mia, Ben, Sam." | wedlm generate - --chat --threshold 0.6 --window-size 8
 """
+EMPTY_HINT = ("[no output: this model answers chat-formatted prompts; add --chat to wrap the prompt "
+              "in its chat template]")
 
 
 def add_parser(subparsers: Any) -> None:
     """Register `wedlm generate`."""
     parser = subparsers.add_parser(
         "generate", help="generate a completion for one prompt",
-        description="Generate a completion for one prompt (argument, file, or '-' for stdin) and print it.",
+        description="Generate a completion for one prompt (argument, file, or '-' for stdin) and print it. "
+                    "The text goes to stdout; the stats line, and [stopped: max tokens N] when the answer "
+                    "was cut at the budget, to stderr.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("prompt", nargs="?", default=None, help="the prompt text, or '-' to read stdin")
     parser.add_argument("--file", "-f", type=Path, default=None, help="read the prompt from this file")
-    parser.add_argument("--chat", action="store_true",
-                        help="wrap the prompt as a user message in the model's chat template")
+    parser.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None,
+                        help="wrap the prompt as a user message in the model's chat template (--no-chat: "
+                             "raw text); default: --chat when the model folder's generation_config.json says "
+                             "wedlm_chat_only, else raw")
+    parser.add_argument("--raw", dest="chat", action="store_false", help="the same as --no-chat")
     parser.add_argument("--system", default=None, help="system message (with --chat)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object: text, token_ids, finish_reason and stats")
@@ -53,44 +73,63 @@ def read_prompt(args: argparse.Namespace) -> str:
     return args.prompt
 
 
+def use_chat(args: argparse.Namespace, tokenizer: Any) -> bool:
+    """--chat / --no-chat as given; unset: the template when the model is chat-only and has one."""
+    if args.chat is not None:
+        return args.chat
+    return prompt_defaults(args.model)["wedlm_chat_only"] and bool(getattr(tokenizer, "chat_template", None))
+
+
 def run(args: argparse.Namespace) -> int:
     """Generate and print; 2 on a usage error (bad prompt source or parameter)."""
     try:
         prompt = read_prompt(args)
         params = sampling_params_from_args(args)
     except (OSError, ValueError) as err:
-        print(f"wedlm generate: error: {err}", file=sys.stderr)
-        return 2
+        raise UsageError(str(err)) from None
     llm = load_llm(args, "generate")
     if llm is None:
         return 2
     try:
-        if args.chat:
+        chat = use_chat(args, llm.tokenizer)
+        if chat:
             system = [{"role": "system", "content": args.system}] if args.system else []
-            prompt = chat_prompt(llm.tokenizer, system + [{"role": "user", "content": prompt}])
-        return print_json(llm, prompt, params) if args.json else print_stream(llm, prompt, params)
+            ids = chat_prompt(llm.tokenizer, system + [{"role": "user", "content": prompt}])
+        else:  # tokenized as the engine tokenizes a string prompt, to size the budget
+            ids = llm.tokenizer.encode(prompt, add_special_tokens=False) if llm.tokenizer else prompt
+        if isinstance(ids, list):
+            params = fit_budget(llm, ids, params, explicit=args.max_tokens is not None)
+        result = print_json(llm, ids, params) if args.json else print_stream(llm, ids, params)
     except ValueError as err:
-        print(f"wedlm generate: error: {err}", file=sys.stderr)
-        return 2
+        raise UsageError(str(err)) from None
+    notes = [stop_note(result["finish_reason"], params.max_tokens)]
+    if not chat and not result["text"].strip() and getattr(llm.tokenizer, "chat_template", None):
+        notes.append(EMPTY_HINT)
+    for note in filter(None, notes):
+        print(note, file=sys.stderr)
+    return 0
 
 
-def print_json(llm: Any, prompt: str, params: Any) -> int:
-    """`--json`: one object with text, token_ids, finish_reason and stats."""
+def print_json(llm: Any, prompt: Any, params: Any) -> dict:
+    """`--json`: one object with text, token_ids, finish_reason and stats; returns the result."""
     result = llm.generate([prompt], params)[0]
     out = {key: result.get(key) for key in ("text", "token_ids", "finish_reason", "stats")}
     print(json.dumps(out, ensure_ascii=False))
-    return 0
+    return result
 
 
-def print_stream(llm: Any, prompt: str, params: Any) -> int:
-    """Print committed text as the engine yields it; stats go to stderr."""
+def print_stream(llm: Any, prompt: Any, params: Any) -> dict:
+    """Print committed text as the engine yields it; stats go to stderr. Returns
+    {"text", "finish_reason"} of the answer."""
     started = time.perf_counter()
-    stats = None
+    stats, text, finish = None, "", None
     for delta in llm.generate_stream([prompt], params):
         sys.stdout.write(delta["new_text"])
         sys.stdout.flush()
+        text += delta["new_text"]
         if delta["finished"]:
-            stats = delta["stats"]
+            stats, finish = delta["stats"], delta["finish_reason"]
     sys.stdout.write("\n")
+    sys.stdout.flush()
     print(f"[{format_stats(stats, time.perf_counter() - started)}]", file=sys.stderr)
-    return 0
+    return {"text": text, "finish_reason": finish}

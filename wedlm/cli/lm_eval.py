@@ -14,9 +14,9 @@ import sys
 
 EXAMPLES = """examples:
   wedlm lm-eval --model wedlm --model_args pretrained=models/wedlm-tiny,decoding=wedlm --device cpu \\
-                --tasks my_task --include_path my_tasks/ --log_samples --output_path out/
+                --tasks my_task --include_path my_tasks/ --log_samples --output_path out/   # not run by tests: needs a task folder my_tasks/
   wedlm lm-eval --model wedlm --model_args pretrained=/models/WeDLM-8B-Instruct,decoding=wedlm,\\
-wedlm_entropy_threshold=0.4,wedlm_window_size=16 --tasks gsm8k --device cuda
+wedlm_entropy_threshold=0.4,wedlm_window_size=16 --tasks gsm8k --device cuda   # not run by tests: needs a GPU and the network
   wedlm lm-eval ls tasks
 """
 
@@ -55,6 +55,9 @@ def run_harness(harness_args: list[str]) -> int:
     sys.argv = ["lm-eval", *harness_args]  # the harness reads sys.argv itself
     try:
         cli_evaluate()
+    except ValueError as err:  # the harness's word for a user mistake, e.g. "Tasks not found: ..."
+        print(f"wedlm lm-eval: error: {err}", file=sys.stderr)
+        return 2
     except SystemExit as exc:
         if isinstance(exc.code, str):
             print(exc.code, file=sys.stderr)

@@ -12,8 +12,11 @@ import sys
 
 from . import bench, chat, convert, generate, lm_eval, serve, train
 from . import eval as eval_command
-from .options import default_model  # noqa: F401  (re-exported: the shipped model's folder)
-from .options import resolve_model_arg
+from .options import (
+    UsageError,
+    default_model,  # noqa: F401  (re-exported: the shipped model's folder)
+    resolve_model_arg,
+)
 
 COMMANDS = (generate, chat, serve, bench, eval_command, lm_eval, train, convert)
 
@@ -29,14 +32,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one sub-command; its exit status: 0 done, 2 a user mistake (argparse's or a
+    `UsageError`, reported on stderr), 130 interrupted by Ctrl-C (no traceback either way)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        parser.print_help()
+        parser.print_help(sys.stderr)
         return 2
     if not resolve_model_arg(args):
         return 2
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as err:
+        print(f"wedlm {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"\nwedlm {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

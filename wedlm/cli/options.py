@@ -8,24 +8,79 @@ flags carry the library's field names, with the short aliases `--window-size`,
 `--threshold`, `--penalty`, `--stop-by-ar` and `--stop-in-run`) and the runtime options of
 the measuring commands (`--threads`). Unset options keep the library's defaults
 (`wedlm/engine/defaults.py`). Also the helpers that turn them into an `LLM` and
-`SamplingParams`, the chat prompt and the one-line stats summary.
+`SamplingParams`, the chat prompt, the one-line stats summary and the notes on stderr
+(truncation, Ctrl-C), and `UsageError`: a user mistake that `wedlm` reports on stderr
+with exit status 2 instead of a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from ..engine.defaults import DECODERS, DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY, check_knob
 
 DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "models" / "wedlm-tiny"
+# Answer budget of generate and chat when neither --max-tokens nor the model folder's
+# generation_config.json (max_new_tokens) sets one: the shipped model's longest answers
+# ("Count from 1 to 200." is 891 tokens) fit.
+DEFAULT_MAX_TOKENS = 1024
+
+
+class UsageError(Exception):
+    """A user mistake (bad option, missing file, unavailable device): `wedlm` prints
+    `wedlm COMMAND: error: MESSAGE` on stderr and exits with status 2, no traceback."""
 
 
 def default_model() -> str:
     """The shipped tiny WeDLM model (models/wedlm-tiny in the repository)."""
     return str(DEFAULT_MODEL)
+
+
+def int_at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= `low` (argparse reports anything else with exit status 2)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+def non_negative_float(text: str) -> float:
+    """An argparse type: a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be >= 0 and finite, got {text}")
+    return value
+
+
+def check_model(path: str) -> None:
+    """Fail early, before a long run starts, when `path` is not a loadable checkpoint folder
+    (the loader's own checks on config and weights, on the meta device: no memory).
+
+    Raises:
+        UsageError: the loader's message.
+    """
+    from wedlm.model.loader import CheckpointError, meta_model
+
+    try:
+        meta_model(path)
+    except (OSError, ValueError, CheckpointError) as err:
+        raise UsageError(str(err)) from None
 
 
 def add_device_args(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -38,7 +93,7 @@ def add_device_args(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -
 def add_runtime_args(parser: argparse.ArgumentParser) -> None:
     """--device, --dtype and --threads, shared by the measuring commands (bench, eval)."""
     add_device_args(parser)
-    parser.add_argument("--threads", type=int, default=None,
+    parser.add_argument("--threads", type=int_at_least(1), default=None,
                         help="torch CPU threads (default: torch's; 1 is fastest on a busy machine)")
 
 
@@ -110,7 +165,7 @@ def add_speed_args(parser: argparse.ArgumentParser | argparse._ArgumentGroup) ->
                              "bf16 matrix units, AMX / AVX512-BF16, and a model of hidden size >= 512)")
 
 
-def add_sampling_args(parser: argparse.ArgumentParser, max_tokens: int | None = None) -> None:
+def add_sampling_args(parser: argparse.ArgumentParser) -> None:
     """Options that build the `SamplingParams` of each request."""
     group = parser.add_argument_group("sampling and decoding")
     group.add_argument("--decoding", choices=DECODERS, default=None,
@@ -137,9 +192,10 @@ def add_sampling_args(parser: argparse.ArgumentParser, max_tokens: int | None = 
                        help="0 = greedy; default: the library's (0.2)")
     group.add_argument("--top-p", type=float, default=None, help="nucleus sampling mass in [0, 1] (0 = only the most likely token)")
     group.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens (0 = off)")
-    group.add_argument("--max-tokens", type=int, default=max_tokens,
-                       help="most tokens to generate" + (" (default: %(default)s)" if max_tokens else
-                                                          "; default: the library's (64)"))
+    group.add_argument("--max-tokens", type=int, default=None,
+                       help="most tokens to generate; an answer cut there ends with [stopped: max tokens N] on "
+                            "stderr; default: the model's generation_config.json (max_new_tokens), "
+                            f"else {DEFAULT_MAX_TOKENS}")
     group.add_argument("--stop", action="append", default=None, metavar="TEXT",
                        help="stop string (repeatable); the text ends before it")
     group.add_argument("--seed", type=int, default=None, help="per-request sampling seed")
@@ -184,7 +240,7 @@ def build_llm(args: argparse.Namespace) -> Any:
 
 def load_llm(args: argparse.Namespace, command: str) -> Any | None:
     """`build_llm`, or None after printing `wedlm COMMAND: error: ...` for a missing or bad
-    model folder or a bad engine option (no traceback)."""
+    model folder, an unavailable device or a bad engine option (no traceback)."""
     from wedlm.model.loader import CheckpointError
 
     try:
@@ -194,13 +250,48 @@ def load_llm(args: argparse.Namespace, command: str) -> Any | None:
         return None
 
 
+def check_device(device: str) -> None:
+    """Fail early, before any model loads, on a device this machine does not have.
+
+    Raises:
+        UsageError: naming the device and the available ones.
+    """
+    from wedlm.engine.config import resolve_device
+
+    try:
+        resolve_device(device)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+
+
+def prompt_defaults(model: str) -> dict:
+    """The model folder's prompting keys (`wedlm.engine.defaults.model_prompt_defaults`).
+
+    Raises:
+        UsageError: a bad value in its generation_config.json (the message names file and key).
+    """
+    from wedlm.engine.defaults import model_prompt_defaults
+
+    try:
+        return model_prompt_defaults(model)
+    except (ValueError, OSError) as err:
+        raise UsageError(str(err)) from None
+
+
+def default_max_tokens(args: argparse.Namespace) -> int:
+    """--max-tokens, else the model's max_new_tokens, else `DEFAULT_MAX_TOKENS`."""
+    if args.max_tokens is not None:
+        return args.max_tokens
+    return prompt_defaults(args.model)["max_new_tokens"] or DEFAULT_MAX_TOKENS
+
+
 def sampling_params_from_args(args: argparse.Namespace) -> Any:
     """`wedlm.SamplingParams` from the sampling options (ValueError names a bad field)."""
     from wedlm import SamplingParams
 
     fields = {"decoding": args.decoding, "wedlm_entropy_threshold": args.threshold,
               "wedlm_pos_penalty_factor": args.penalty, "temperature": args.temperature,
-              "top_p": args.top_p, "top_k": args.top_k, "max_tokens": args.max_tokens,
+              "top_p": args.top_p, "top_k": args.top_k, "max_tokens": default_max_tokens(args),
               "stop": args.stop, "seed": args.seed, "wedlm_stop_by_ar": args.stop_by_ar,
               "wedlm_stop_in_run": args.stop_in_run}
     kwargs = {k: v for k, v in fields.items() if v is not None}
@@ -222,6 +313,50 @@ def chat_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
     if tokenizer is None or not getattr(tokenizer, "chat_template", None):
         raise ValueError("the model folder has no tokenizer chat template; drop --chat or add one")
     return encode_chat(tokenizer, messages)
+
+
+def fit_budget(llm: Any, prompt_ids: list[int], params: Any, explicit: bool) -> Any:
+    """`params`, or a copy whose max_tokens is what is left of the context after the prompt
+    when the budget was not given on the command line (`explicit` False) and does not fit;
+    an explicit budget that does not fit stays, and the engine names it."""
+    import dataclasses
+
+    room = llm.max_model_len - len(prompt_ids)
+    if explicit or room < 1 or params.max_tokens <= room:
+        return params
+    return dataclasses.replace(params, max_tokens=room)
+
+
+def stop_note(finish_reason: str | None, max_tokens: int) -> str | None:
+    """The note printed on stderr when an answer was cut at the token budget, else None."""
+    if finish_reason == "length":
+        return f"[stopped: max tokens {max_tokens}]"
+    return None
+
+
+@contextlib.contextmanager
+def deferred_interrupt() -> Iterator[Callable[[], bool]]:
+    """Turn Ctrl-C into a flag while the body runs, so a streamed answer ends between two
+    engine steps (the request is then aborted and its KV blocks freed) instead of in the
+    middle of one. Yields `interrupted()`; a second Ctrl-C raises KeyboardInterrupt as usual
+    (an engine step that never returns can still be left). Off the main thread, where
+    Python delivers no signals, it only yields a function that returns False.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+    hits = []
+
+    def handler(signum, frame):
+        hits.append(signum)
+        if len(hits) > 1:
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield lambda: bool(hits)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def format_stats(stats: dict | None, seconds: float | None = None) -> str:

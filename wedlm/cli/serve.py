@@ -16,11 +16,11 @@ from .options import add_engine_args
 
 EXAMPLES = """examples:
   wedlm serve --port 8000                      # the shipped model, web chat at http://127.0.0.1:8000/
-  wedlm serve --model /path/to/WeDLM-8B-Instruct --device cuda --dtype bfloat16 --host 0.0.0.0
-  wedlm serve --model /path/to/WeDLM-8B-Instruct --device cuda --dtype bfloat16 --tensor-parallel-size 2
+  wedlm serve --model /path/to/WeDLM-8B-Instruct --device cuda --dtype bfloat16 --host 0.0.0.0   # not run by tests: needs a GPU
+  wedlm serve --model /path/to/WeDLM-8B-Instruct --device cuda --dtype bfloat16 --tensor-parallel-size 2   # not run by tests: needs 2 GPUs
 
   curl http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' \\
-    -d '{"model": "wedlm-tiny", "messages": [{"role": "user", "content": "Hi"}], "stream": true,
+    -d '{"model": "wedlm-tiny", "messages": [{"role": "user", "content": "Count from 1 to 10."}], "stream": true,
          "decoding": "wedlm", "wedlm_entropy_threshold": 0.6}'
 """
 

@@ -1,6 +1,7 @@
 """`wedlm train --config FILE [--set key=value ...]`: run (or resume) one training stage.
 
-Thin: parse the YAML into `TrainConfig`, call `wedlm.train.trainer.train`.
+Thin: parse the YAML into `TrainConfig`, check that its inputs exist (naming the command
+that makes a missing one), call `wedlm.train.trainer.train`.
 Launch data-parallel runs with `accelerate launch` or `torchrun`, e.g.
 `accelerate launch --cpu --num_processes 2 -m wedlm.cli.main train --config FILE`.
 """
@@ -8,8 +9,14 @@ Launch data-parallel runs with `accelerate launch` or `torchrun`, e.g.
 from __future__ import annotations
 
 import argparse
+import shlex
+from pathlib import Path
 
 import yaml
+
+from .options import UsageError
+
+CURRICULUM_FILES = ("train.jsonl", "val.jsonl", "test.jsonl")
 
 
 def add_parser(subparsers) -> None:
@@ -27,22 +34,68 @@ def parse_overrides(items: list[str]) -> dict:
     `TrainConfig` reads such strings as numbers.
 
     Raises:
-        ValueError: an item without "=".
+        ValueError: an item without "=", or a value that is not YAML.
     """
     out = {}
     for item in items:
         if "=" not in item:
             raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
         key, value = item.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value)
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as err:
+            raise ValueError(f"--set {item!r}: the value is not YAML ({err})") from None
     return out
 
 
-def run(args: argparse.Namespace) -> int:
+def load_config(path: str, overrides: list[str]):
+    """`TrainConfig` from the YAML file and the --set items.
+
+    Raises:
+        UsageError: a missing or unreadable file, bad YAML, an unknown key or a bad value.
+    """
     from wedlm.train.config import TrainConfig
+
+    if not Path(path).is_file():
+        raise UsageError(f"--config {path}: no such file (the stage configs are in configs/)")
+    try:
+        return TrainConfig.from_yaml(path, parse_overrides(overrides))
+    except (ValueError, TypeError, yaml.YAMLError) as err:
+        message = str(err)
+        raise UsageError(message if message.startswith(str(path)) else f"--config {path}: {message}") from None
+
+
+def data_hint(data: Path) -> str:
+    """The command that makes the missing data file `data`."""
+    if data.name in CURRICULUM_FILES:
+        return (f"make it with `python -m wedlm.data.curriculum --out {shlex.quote(str(data.parent))}` "
+                "(add --scale 0.05 for a small one)")
+    return "the recipes make their data files with `python -m wedlm.data.curriculum` (see recipes/wedlm_tiny.sh)"
+
+
+def check_inputs(cfg) -> None:
+    """Every file the stage reads exists: data, tokenizer folder, init checkpoint.
+
+    Raises:
+        UsageError: naming the key, the path, and how to make it.
+    """
+    data = Path(cfg.data)
+    if not data.exists():
+        raise UsageError(f"data: {data} does not exist; {data_hint(data)}")
+    if not Path(cfg.tokenizer).is_dir():
+        raise UsageError(f"tokenizer: {cfg.tokenizer} is not a folder (a model folder with tokenizer.json, "
+                         "e.g. models/wedlm-tiny)")
+    if cfg.init and not (Path(cfg.init) / "config.json").is_file():
+        raise UsageError(f"init: {cfg.init} is not a checkpoint folder (no config.json); it is made by an "
+                         "earlier stage (bash recipes/wedlm_tiny.sh runs them in order), or start from the "
+                         "shipped model with --set init=models/wedlm-tiny")
+
+
+def run(args: argparse.Namespace) -> int:
     from wedlm.train.trainer import train
 
-    cfg = TrainConfig.from_yaml(args.config, parse_overrides(args.set))
+    cfg = load_config(args.config, args.set)
+    check_inputs(cfg)
     final = train(cfg)
     print(f"final checkpoint: {final}")
     return 0

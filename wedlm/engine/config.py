@@ -95,9 +95,36 @@ class EngineConfig:
 
 
 def resolve_device(device: str | None) -> torch.device:
+    """The torch device for `device` (None: cuda when available, else cpu).
+
+    Raises:
+        ValueError: a malformed name, or a device this torch build or machine does not have,
+            naming it and the devices that are available.
+    """
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device {device!r} is not a device name; available: {', '.join(available_devices())}") \
+            from None
+    if resolved.type == "cpu":
+        return resolved
+    if resolved.type != "cuda":
+        why = "the engine runs on cpu or cuda"
+    elif not torch.cuda.is_available():
+        why = f"torch {torch.__version__} " + ("has no CUDA build" if torch.version.cuda is None else "sees no CUDA GPU")
+    elif (resolved.index or 0) >= torch.cuda.device_count():
+        why = f"this machine has {torch.cuda.device_count()} CUDA device(s)"
+    else:
+        return resolved
+    raise ValueError(f"device {device!r} is not available ({why}); available: {', '.join(available_devices())}")
+
+
+def available_devices() -> list[str]:
+    """The device names this process can run on: cpu, then cuda:0 .. cuda:N-1."""
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return ["cpu", *(f"cuda:{i}" for i in range(count))]
 
 
 def resolve_precision(requested: bool | None, device: torch.device, dtype: str, flags: set[str] | None = None,

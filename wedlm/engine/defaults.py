@@ -9,8 +9,10 @@ decoding"). A model folder may recommend its own in generation_config.json
 "the model's tau" goes through it instead of restating a number. `check_knob` is
 the one range check of each knob: `SamplingParams`, `LLM` (`EngineConfig`),
 generation_config.json loading and the server's request schema all call it, so a
-bad value gets the same message everywhere. No torch here: the server's schemas
-and the CLI parsers import this module.
+bad value gets the same message everywhere. The keys that say how
+the model wants to be prompted (`wedlm_single_turn`, `wedlm_chat_only`, `max_new_tokens`)
+are read and checked by `model_prompt_defaults` for the chat surfaces. No torch here:
+the server's schemas and the CLI parsers import this module.
 """
 
 from __future__ import annotations
@@ -33,6 +35,11 @@ GENERATION_DEFAULT_KEYS = ("wedlm_window_size", "wedlm_entropy_threshold", "wedl
                            "wedlm_stop_by_ar", "wedlm_stop_in_run")
 DEFAULTS = dict(zip(GENERATION_DEFAULT_KEYS, (DEFAULT_WINDOW, DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY,
                                               DEFAULT_STOP_BY_AR, DEFAULT_STOP_IN_RUN)))
+# How the model folder wants to be prompted (the chat surfaces read these; the engine does not):
+# wedlm_single_turn: trained on one user turn only, so a chat starts a fresh context every turn;
+# wedlm_chat_only: trained on chat-formatted prompts only, so `wedlm generate` applies the template;
+# max_new_tokens: the answer budget the command line uses when none is given.
+PROMPT_DEFAULT_KEYS = ("wedlm_single_turn", "wedlm_chat_only", "max_new_tokens")
 
 
 def generation_defaults(path: str | Path) -> dict:
@@ -97,6 +104,31 @@ def model_decoding_defaults(path: str | Path) -> dict:
         raise ValueError(f"{path}/generation_config.json: {err}") from None
 
 
+def model_prompt_defaults(path: str | Path) -> dict:
+    """How a model folder wants to be prompted: generation_config.json's `wedlm_single_turn`,
+    `wedlm_chat_only` (both false when absent) and `max_new_tokens` (None when absent).
+
+    Returns:
+        {"wedlm_single_turn": bool, "wedlm_chat_only": bool, "max_new_tokens": int >= 1 or None}.
+
+    Raises:
+        ValueError: a value of the wrong type or range, naming the file and key.
+    """
+    raw = read_json(Path(path) / "generation_config.json")
+    source = f"{path}/generation_config.json"
+    out: dict = {}
+    for key in ("wedlm_single_turn", "wedlm_chat_only"):
+        value = raw.get(key, False)
+        if not isinstance(value, bool):
+            raise ValueError(f"{source}: {key} must be true or false, got {value!r}")
+        out[key] = value
+    budget = raw.get("max_new_tokens")
+    if budget is not None and (not isinstance(budget, numbers.Integral) or isinstance(budget, bool) or budget < 1):
+        raise ValueError(f"{source}: max_new_tokens must be an integer >= 1, got {budget!r}")
+    out["max_new_tokens"] = None if budget is None else int(budget)
+    return out
+
+
 __all__ = ["DECODERS", "DEFAULTS", "DEFAULT_ENTROPY_THRESHOLD", "DEFAULT_POS_PENALTY", "DEFAULT_STOP_BY_AR",
-           "DEFAULT_STOP_IN_RUN", "DEFAULT_WINDOW", "FALLBACKS", "GENERATION_DEFAULT_KEYS", "check_knob",
-           "generation_defaults", "model_decoding_defaults"]
+           "DEFAULT_STOP_IN_RUN", "DEFAULT_WINDOW", "FALLBACKS", "GENERATION_DEFAULT_KEYS", "PROMPT_DEFAULT_KEYS",
+           "check_knob", "generation_defaults", "model_decoding_defaults", "model_prompt_defaults"]

@@ -8,6 +8,13 @@ request become one SSE chunk, so a chunk is exactly what one decode step committ
 (the web chat colours text by it; `wedlm_trace: true` adds the step index and token
 ids to each chunk). A client that disconnects aborts its requests, which frees their
 KV blocks. Bad input is a 400 with an OpenAI error body naming the field.
+
+`/v1/completions` sends the prompt to the model as raw text, as OpenAI's endpoint does,
+even for a model trained on chat-formatted prompts only (generation_config.json's
+`wedlm_chat_only`; such a model may answer a raw prompt with nothing): chat-formatted
+requests go to `/v1/chat/completions`. `/v1/models` reports the model folder's
+`single_turn` and `chat_only` under `wedlm`; the web chat reads `single_turn` and then
+sends only the current question each turn (the API itself sends what the client sends).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..engine.defaults import DECODERS, DEFAULTS
+from ..engine.defaults import DECODERS, DEFAULTS, model_prompt_defaults
 from . import protocol
 from .engine_loop import EngineLoop
 from .errors import APIError, bad_request, error_body, server_error
@@ -53,6 +60,7 @@ class Server:
         self.engine = EngineLoop(llm, on_finished=lambda delta: self.metrics.observe_finished(delta))
         self.metrics = ServerMetrics(lambda: self.engine.snapshot)
         self.prompts = PromptBuilder(private_tokenizer(llm.tokenizer), llm.max_model_len)
+        self.prompting = prompting(llm)
 
     # ----- request handling -----
     async def handle(self, request: Request, chat: bool) -> Response:
@@ -177,7 +185,7 @@ class Server:
         card = {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "wedlm",
                 "root": str(getattr(self.llm, "model_path", self.model_name)),
                 "max_model_len": self.prompts.max_model_len,
-                "wedlm": {"decoders": list(DECODERS), **decoding_defaults(self.llm)}}
+                "wedlm": {"decoders": list(DECODERS), **decoding_defaults(self.llm), **self.prompting}}
         return {"object": "list", "data": [card]}
 
     def health(self) -> JSONResponse:
@@ -214,6 +222,20 @@ def decoding_defaults(llm: Any) -> dict[str, Any]:
     if isinstance(defaults, dict):
         return dict(defaults)
     return dict(DEFAULTS)
+
+
+def prompting(llm: Any) -> dict[str, bool]:
+    """{"single_turn", "chat_only"} of the engine's model folder (generation_config.json's
+    `wedlm_single_turn` / `wedlm_chat_only`; false for an engine without a folder).
+
+    Raises:
+        ValueError: a bad value in generation_config.json, naming file and key.
+    """
+    path = getattr(llm, "model_path", None)
+    if not isinstance(path, str) or not Path(path).is_dir():
+        return {"single_turn": False, "chat_only": False}
+    d = model_prompt_defaults(path)
+    return {"single_turn": d["wedlm_single_turn"], "chat_only": d["wedlm_chat_only"]}
 
 
 def delta_failure(delta: Any) -> str | None:

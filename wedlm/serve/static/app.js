@@ -1,4 +1,6 @@
-// WeDLM web chat: multi-turn chat over POST /v1/chat/completions with stream: true.
+// WeDLM web chat: chat over POST /v1/chat/completions with stream: true. Multi-turn, unless
+// /v1/models says the model is single-turn (its generation_config.json): then every question
+// is sent alone (with the system prompt), and a note says so once.
 // Every SSE chunk is what one decode step committed (the server's `wedlm_trace` adds the
 // step index and token ids), so each chunk becomes one coloured span: a span holding
 // several tokens is a parallel commit. Live stats: tokens/forward = tokens / steps so
@@ -7,7 +9,9 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const state = { model: null, history: [], controller: null };
+const state = { model: null, history: [], controller: null, singleTurn: false };
+const SINGLE_TURN_NOTE = "This model was trained on single questions: every message starts a fresh "
+  + "conversation; earlier turns are not sent.";
 
 function stepColour(step) {
   // Golden-angle hues: neighbouring steps get clearly different colours.
@@ -28,6 +32,8 @@ async function loadModel() {
         $("tau-out").textContent = Number($("tau").value).toFixed(2);
       }
       if (typeof defaults.wedlm_pos_penalty_factor === "number") $("lambda").value = defaults.wedlm_pos_penalty_factor;
+      state.singleTurn = defaults.single_turn === true;
+      if (state.singleTurn) addMessage("note", SINGLE_TURN_NOTE);
     }
   } catch (err) {
     $("model").textContent = `no model: ${err}`;
@@ -154,6 +160,7 @@ async function send(event) {
   if (!prompt || state.controller) return;
   $("prompt").value = "";
   addMessage("user", prompt);
+  if (state.singleTurn) state.history = [];
   state.history.push({ role: "user", content: prompt });
   const system = $("system").value.trim();
   const messages = (system ? [{ role: "system", content: system }] : []).concat(state.history);
@@ -168,7 +175,8 @@ async function send(event) {
     meta.className = "meta";
     const tpf = live.forwards ? (live.tokens / live.forwards).toFixed(2) : "–";
     meta.textContent = `${live.tokens} tokens in ${live.forwards} forwards · ${tpf} tokens/forward · `
-      + `${(live.tokens / Math.max(live.seconds, 1e-6)).toFixed(1)} tok/s · finish: ${finish}`;
+      + `${(live.tokens / Math.max(live.seconds, 1e-6)).toFixed(1)} tok/s · finish: ${finish}`
+      + (finish === "length" ? ` [stopped: max tokens ${$("max-tokens").value}]` : "");
     div.appendChild(meta);
     div.classList.add("done");
   } catch (err) {
@@ -186,6 +194,7 @@ function reset() {
   if (state.controller) state.controller.abort();
   state.history = [];
   $("messages").innerHTML = "";
+  if (state.singleTurn) addMessage("note", SINGLE_TURN_NOTE);
   for (const id of ["stat-tok", "stat-fwd", "stat-tpf", "stat-tps", "stat-pcache"]) $(id).textContent = "–";
 }
 

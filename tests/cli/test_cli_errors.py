@@ -1,0 +1,201 @@
+"""No traceback for a user mistake: every sub-command with bad arguments exits 2 with the
+message on stderr; Ctrl-C stops a streamed chat answer (its KV blocks freed) and `wedlm
+generate` (exit 130); a cut answer says so on stderr."""
+
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from wedlm import SamplingParams
+from wedlm.cli.chat import ChatSession, repl
+from wedlm.cli.main import main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_main(argv, capsys):
+    """(exit status, stdout + stderr) of `wedlm ARGV` in this process."""
+    try:
+        code = main(argv)
+    except SystemExit as done:  # argparse's own usage errors
+        code = done.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+BAD = [
+    ["generate", "x", "--device", "cuda:7"],
+    ["generate", "x", "--max-tokens", "-3"],
+    ["generate", "x", "--top-k", "nan"],
+    ["generate", "--file", "/no/such/prompt.txt"],
+    ["generate", "x", "--model", "/no/such/model"],
+    ["chat", "--device", "nosuchdevice"],
+    ["chat", "--temperature", "-1"],
+    ["serve", "--model", "/no/such/model"],
+    ["serve", "--port", "eighty"],
+    ["bench", "--tasks", "nosuch"],
+    ["bench", "--device", "cuda:7"],
+    ["bench", "--repeats", "0"],
+    ["bench", "--taus", "-1"],
+    ["bench", "--model", "/no/such/model", "--out-dir", "{tmp}"],
+    ["eval", "--tasks", "nosuch"],
+    ["eval", "--limit", "0"],
+    ["eval", "--limit", "count=x"],
+    ["eval", "--decoding", "fast"],
+    ["eval", "--device", "cuda:7"],
+    ["eval", "--tasks", "gsm8k"],
+    ["eval", "--model", "/no/such/model"],
+    ["train", "--config", "/no/such.yaml"],
+    ["train", "--config", "configs/tiny_wedlm.yaml", "--set", "data={tmp}/nope/train.jsonl"],
+    ["train", "--config", "configs/tiny_wedlm.yaml", "--set", "lr=abc"],
+    ["train", "--config", "configs/tiny_wedlm.yaml", "--set", "nokey"],
+    ["convert", "/no/such/folder", "{tmp}/out"],
+    ["nosuchcommand"],
+    [],
+]
+
+
+@pytest.mark.parametrize("argv", BAD, ids=lambda a: " ".join(a) or "(none)")
+def test_bad_arguments_exit_2_without_traceback(argv, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    code, out, err = run_main(argv, capsys)
+    assert code == 2, (argv, out, err)
+    assert "Traceback" not in out + err
+    assert err.strip() and "error" in err or not argv, err  # the message is on stderr
+    assert "error" not in out
+
+
+def test_messages_name_the_mistake(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)
+    _, _, err = run_main(["generate", "x", "--device", "cuda:7"], capsys)
+    assert "'cuda:7' is not available" in err and "available: cpu" in err
+    _, _, err = run_main(["bench", "--tasks", "nosuch"], capsys)
+    assert "counting, arithmetic, listops, code, text" in err
+    _, _, err = run_main(["train", "--config", "configs/tiny_wedlm.yaml", "--set",
+                          f"data={tmp_path}/cur/train.jsonl"], capsys)
+    assert f"python -m wedlm.data.curriculum --out {tmp_path}/cur" in err
+    _, out, err = run_main(["convert", "/no/such/folder", str(tmp_path / "o")], capsys)
+    assert "/no/such/folder: no such folder" in err and not out
+
+
+def test_ctrl_c_stops_a_streamed_chat_answer_and_frees_its_blocks(cli_llm):
+    free = cli_llm.metrics()["kv_blocks_free"]
+
+    class InterruptAfterFirstWrite(io.StringIO):
+        armed = False
+
+        def write(self, text):
+            n = super().write(text)
+            if self.armed and text:
+                self.armed = False
+                os.kill(os.getpid(), signal.SIGINT)  # the user presses Ctrl-C mid-answer
+            return n
+
+    out, err = InterruptAfterFirstWrite(), io.StringIO()
+    params = SamplingParams(temperature=0.0, max_tokens=60, ignore_eos=True)
+    session = ChatSession(cli_llm, params, out, err=err)
+    session.answer("first question")  # a whole answer: kept
+    assert [m["role"] for m in session.messages()] == ["user", "assistant"]
+    out.armed = True
+    text = session.answer("second question")
+    assert "[interrupted" in err.getvalue() and len(text) < 60
+    assert [m["content"] for m in session.messages()][0] == "first question"
+    assert len(session.messages()) == 2  # the interrupted turn is dropped, the conversation kept
+    assert cli_llm.metrics()["kv_blocks_free"] == free and not cli_llm.has_unfinished()
+    again = session.answer("third question")  # the prompt is back and the engine still answers
+    assert len(session.messages()) == 4 and again
+
+
+def test_ctrl_c_or_eof_at_the_prompt_ends_the_chat(cli_llm):
+    def ctrl_c(prompt=""):
+        raise KeyboardInterrupt
+
+    session = ChatSession(cli_llm, SamplingParams(max_tokens=2), io.StringIO())
+    assert repl(session, ctrl_c) == 0
+
+
+def test_cut_answer_is_marked_on_stderr(cli_model, capsys):
+    assert main(["generate", "--model", str(cli_model), "--max-model-len", "256", "hello", "--max-tokens", "5",
+                 "--ignore-eos", "--temperature", "0"]) == 0
+    assert "[stopped: max tokens 5]" in capsys.readouterr().err
+    err = io.StringIO()
+    session = ChatSession(None, SamplingParams(max_tokens=5, ignore_eos=True, temperature=0.0), io.StringIO(),
+                          err=err)
+    from wedlm import LLM
+
+    session.llm = LLM(model=str(cli_model), max_model_len=256)
+    session.answer("hi")
+    assert err.getvalue() == "[stopped: max tokens 5]\n"
+
+
+def model_copy(tmp_path, **fields):
+    """The shipped model with extra generation_config.json fields."""
+    folder = tmp_path / "wedlm-tiny"
+    shutil.copytree(REPO / "models" / "wedlm-tiny", folder)
+    config = folder / "generation_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), **fields}))
+    return folder
+
+
+def test_single_turn_model_starts_each_turn_fresh(tmp_path, capsys, monkeypatch):
+    folder = model_copy(tmp_path, wedlm_single_turn=True)
+    lines = iter(["Count from 1 to 5.", "What is 12 + 30?"])
+
+    def read(prompt=""):
+        try:
+            return next(lines)
+        except StopIteration:
+            raise EOFError from None
+
+    monkeypatch.setattr("builtins.input", read)
+    assert main(["chat", "--model", str(folder), "--temperature", "0", "--color", "never"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("every message starts a fresh conversation") == 1
+    assert "1, 2, 3, 4, 5\n" in out and "12 + 30 = 42\n" in out  # the second turn is answered alone
+
+
+def test_chat_only_model_gets_the_template_in_generate(tmp_path, capsys):
+    folder = model_copy(tmp_path, wedlm_chat_only=True)
+    assert main(["generate", "--model", str(folder), "Count from 3 to 9.", "--temperature", "0"]) == 0
+    assert capsys.readouterr().out == "3, 4, 5, 6, 7, 8, 9\n"
+    assert main(["generate", "--model", str(folder), "Count from 3 to 9.", "--temperature", "0", "--raw"]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == "" and "add --chat" in err  # the shipped model says nothing to a raw prompt
+
+
+@pytest.mark.parametrize("value,key", [("\"yes\"", "wedlm_single_turn"), ("0", "max_new_tokens")])
+def test_bad_prompting_fields_are_named(tmp_path, capsys, value, key):
+    folder = model_copy(tmp_path, **{key: json.loads(value)})
+    code, _, err = run_main(["generate", "--model", str(folder), "x"], capsys)
+    assert code == 2 and key in err and "generation_config.json" in err
+
+
+def test_default_budget_is_the_model_max_new_tokens(tmp_path):
+    from wedlm.cli.main import build_parser
+    from wedlm.cli.options import DEFAULT_MAX_TOKENS, sampling_params_from_args
+
+    folder = model_copy(tmp_path, max_new_tokens=77)
+    args = build_parser().parse_args(["generate", "--model", str(folder), "x"])
+    assert sampling_params_from_args(args).max_tokens == 77
+    args = build_parser().parse_args(["chat", "--model", str(tmp_path / "none")])
+    assert sampling_params_from_args(args).max_tokens == DEFAULT_MAX_TOKENS >= 1024
+
+
+def test_ctrl_c_during_generate_exits_130_without_traceback():
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "wedlm.cli.main", "generate", "--chat", "Count from 1 to 200.",
+                             "--decoding", "ar", "--ignore-eos", "--max-tokens", "1500"],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.read(1)  # the answer is streaming
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert first and proc.returncode == 130, err.decode()
+    assert b"Traceback" not in out + err and b"interrupted" in err
