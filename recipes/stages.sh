@@ -42,6 +42,6 @@ grow() {  # grow SRC DST: twice the layers, same logits (python -m wedlm.train.g
   return 0
 }
 
-export_model() {  # export_model SRC DST: config.json + model.safetensors (+ generation_config.json if DST has none)
+export_model() {  # export_model SRC DST: config.json, model.safetensors and default decoding settings
   stage export $PY -m wedlm.train.export "$1" "$2"
 }
