@@ -52,6 +52,16 @@ def eval_rows(s: dict) -> list[str]:
     return rows
 
 
+def held_out_example(s: dict) -> int:
+    """The smallest end N above 20 of a held-out "Count from 1 to N." that `ar` and `wedlm` both
+    got right on the test keys (the card's second example); 42 when the summary has none."""
+    from wedlm.data.curriculum import from_one_heldout
+
+    wrong = {w["prompt"] for dec in ("ar", "wedlm") for w in s["from_one"][dec]["test"]["wrong"]}
+    ends = [int(ex["prompt"][len("Count from 1 to "):-1]) for ex in from_one_heldout("test") if ex["prompt"] not in wrong]
+    return next((n for n in ends if n > 20), 42)
+
+
 def _exact(r: dict) -> str:
     return "exact" if r["exact"] else "wrong"
 
@@ -68,8 +78,16 @@ def card(s: dict, model: Path) -> str:
         heads=cfg["num_attention_heads"], kv=cfg["num_key_value_heads"], ffn=cfg["intermediate_size"],
         vocab=cfg["vocab_size"], ctx=cfg["max_position_embeddings"], window=gen["wedlm_window_size"],
         tau=gen["wedlm_entropy_threshold"], lam=gen["wedlm_pos_penalty_factor"],
-        max_new=max_new, precision=s.get("precision", "fp32"),
-        table="\n".join(eval_rows(s)), eval_cmd=EVAL_CMD)
+        max_new=max_new, held_out=held_out_example(s), precision=s.get("precision", "fp32"),
+        table="\n".join(eval_rows(s)), eval_cmd=EVAL_CMD, plots=plot_lines(s))
+
+
+def plot_lines(s: dict) -> str:
+    """The mask probe's plots, when the evaluation drew them."""
+    if not s.get("plots"):
+        return ""
+    return " The mask probe's plots:\n\n" + "\n".join(f"![{name[:-4].replace('_', ' ')}](plots/{name})"
+                                                      for name in s["plots"])
 
 
 TEMPLATE = """# wedlm-tiny
@@ -101,8 +119,8 @@ known. It is not a general assistant.
 ## How to run
 
 ```bash
-wedlm generate "Count from 1 to 200." --chat
-wedlm generate "Count from 1 to 57." --chat --decoding ar
+wedlm generate "Count from 1 to 200." --chat --max-tokens 1024
+wedlm generate "Count from 1 to {held_out}." --chat --max-tokens 1024
 wedlm generate "What is 47 + 38?" --chat
 wedlm generate "Sort the list: Tom, Anna, Ben." --chat
 ```
@@ -145,10 +163,7 @@ AR head. Counting is scored on the whole answer, sums on the final number, lists
 
 {table}
 
-Reproduce with `{eval_cmd}` (about 40 minutes on 2 cores); it also writes the mask probe's plots:
-
-![slot accuracy](plots/slot_accuracy.png)
-![calibration](plots/calibration.png)
+Reproduce with `{eval_cmd}`.{plots}
 
 ## Limitations
 

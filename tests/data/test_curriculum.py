@@ -360,7 +360,10 @@ def test_the_demo_prompt_is_train_by_the_hash_rule_alone():
 
 def test_from_one_heldout_lists_the_test_and_validation_ends():
     test, val = cur.from_one_heldout("test"), cur.from_one_heldout("val")
-    ends = lambda exs: [int(ex["prompt"][len("Count from 1 to "):-1]) for ex in exs]  # noqa: E731
+
+    def ends(exs):
+        return [int(ex["prompt"][len("Count from 1 to "):-1]) for ex in exs]
+
     assert ends(test) == [21, 22, 48, 75, 79, 88, 142, 157, 212, 224, 233, 238, 292]
     assert len(val) == 20 and not set(ends(test)) & set(ends(val)) and 200 not in ends(test) + ends(val)
     assert all(ex["answer"] == ", ".join(str(v) for v in range(1, n + 1)) for ex, n in zip(test, ends(test)))
