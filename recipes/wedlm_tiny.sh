@@ -105,14 +105,8 @@ mix data/widen/v33mix.jsonl '{"seed": 33, "distractor": {"30": 12000}, "distract
   "simple_forms": {"6": 10000}, "replay": {"count": 8000, "addsub": 12000, "listops": 10000}}'
 train configs/tiny_wedlm_offset.yaml
 
-# -- small starts with any end ("Count from 1 to N."), the demo range 1..200 at its natural rate
-mix data/widen/from-one-mix.jsonl '{"seed": 34, "from_small": {"320": 5000}, "distractor": {"30": 8000},
-  "distractor2": {"50": 3000}, "carry": {"20": 6000}, "simple_forms": {"6": 8000},
-  "replay": {"count": 4000, "addsub": 12000, "listops": 10000}, "replay_demo": 0.0}'
-train configs/tiny_wedlm_from_one.yaml
-
 # -- export, decoding defaults tuned on the validation split, evaluation on the test split, card
-export_model "$RUN/wedlm-from-one/final" "$OUT"
+export_model "$RUN/wedlm-offset/final" "$OUT"
 stage tune $PY recipes/tune_decoding.py --model "$OUT" --out "$RUN/tune.json" --write \
   --n count=400,addsub=100,listops=150 --windows 16 --stop-by-ar 1 \
   --pairs 0.15:0.02,0.15:0.015,0.1:0.01,0.15:0.01,0.2:0.015,0.25:0.02

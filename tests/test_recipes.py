@@ -196,19 +196,20 @@ def recipe_plan(recipe: str, **env: str) -> list[list[str]]:
     return [line.rstrip("\t").split("\t") for line in out.splitlines() if "\t" in line]
 
 
-def chain(plan: list[list[str]]) -> list[tuple[str, str, str, str]]:
+def chain(plan: list[list[str]], start: str | None = None) -> list[tuple[str, str, str, str]]:
     """Walk a recipe's plan the way it would run and check that it chains; returns one
     (stage, config, starts from, data) row per training stage.
 
     Every training stage's config exists and loads with its `--set` overrides, its `init` is the
     previous step's output (a training stage's final/, a conversion's or growth's folder), its
-    data file is written by an earlier step, and the export reads the last stage's final/."""
+    data file is written by an earlier step, and the export reads the last stage's final/. `start`:
+    the model the recipe's first stage starts from (None: random weights)."""
     import json
 
     from wedlm.cli.train import parse_overrides
     from wedlm.train.config import TrainConfig
 
-    made, current, rows = set(), None, []
+    made, current, rows = set(), start, []
     for name, *cmd in plan:
         if "--out" in cmd:  # a data step: its --out file, or folder of train/simple_stop files
             out = cmd[cmd.index("--out") + 1]
@@ -239,15 +240,22 @@ def test_the_shipped_recipe_chains_every_stage_from_data_to_card():
     plan = recipe_plan("wedlm_tiny.sh")
     rows = chain(plan)
     names = [row[0] for row in rows]
-    assert names[:3] == ["ar", "wedlm", "wedlm-cont"] and names[-2:] == ["wedlm-offset", "wedlm-from-one"]
-    assert len(names) == len(set(names)) == 24  # every stage writes its own folder
+    assert names[:3] == ["ar", "wedlm", "wedlm-cont"] and names[-2:] == ["wedlm-deep14", "wedlm-offset"]
+    assert len(names) == len(set(names)) == 23  # every stage writes its own folder
     assert rows[0][2] == "random weights" and rows[1][2] == "runs/wedlm-tiny/ar-wedlm"
-    assert rows[-1] == ("wedlm-from-one", "configs/tiny_wedlm_from_one.yaml", "runs/wedlm-tiny/wedlm-offset/final",
-                        "data/widen/from-one-mix.jsonl")
+    assert rows[-1] == ("wedlm-offset", "configs/tiny_wedlm_offset.yaml", "runs/wedlm-tiny/wedlm-deep14/final",
+                        "data/widen/v33mix.jsonl")
     steps = [step[0] for step in plan]
     assert steps[-4:] == ["export", "tune", "eval", "card"]
-    assert plan[-4][1:] == ["python", "-m", "wedlm.train.export", "runs/wedlm-tiny/wedlm-from-one/final",
+    assert plan[-4][1:] == ["python", "-m", "wedlm.train.export", "runs/wedlm-tiny/wedlm-offset/final",
                             "models/wedlm-tiny"]
+
+
+def test_the_small_start_trial_continues_the_shipped_weights_and_leaves_them_alone():
+    plan = recipe_plan("wedlm_tiny_from_one.sh")
+    assert chain(plan, start="models/wedlm-tiny") == [
+        ("from-one", "configs/tiny_wedlm_from_one.yaml", "models/wedlm-tiny", "data/widen/from-one-mix.jsonl")]
+    assert [step[-1] for step in plan if step[0] == "export"] == ["runs/wedlm-tiny-from-one/export"]
 
 
 @pytest.mark.parametrize("variant, configs", [("1", ["configs/scratch_ar.yaml", "configs/scratch_wedlm.yaml"]),
@@ -266,6 +274,7 @@ def test_every_config_is_used_by_a_recipe_or_a_recipe_helper():
     used = {row[1] for row in chain(recipe_plan("wedlm_tiny.sh"))}
     for variant in ("1", "2"):
         used |= {row[1] for row in chain(recipe_plan("wedlm_tiny_scratch.sh", SCRATCH=variant))}
+    used |= {row[1] for row in chain(recipe_plan("wedlm_tiny_from_one.sh"), start="models/wedlm-tiny")}
     assert sorted(str(p.relative_to(root)) for p in (root / "configs").glob("*.yaml")) == sorted(used)
 
 
