@@ -78,7 +78,7 @@ def card(s: dict, model: Path) -> str:
         heads=cfg["num_attention_heads"], kv=cfg["num_key_value_heads"], ffn=cfg["intermediate_size"],
         vocab=cfg["vocab_size"], ctx=cfg["max_position_embeddings"], window=gen["wedlm_window_size"],
         tau=gen["wedlm_entropy_threshold"], lam=gen["wedlm_pos_penalty_factor"],
-        max_new=max_new, held_out=held_out_example(s), precision=f" ({s['precision']})" if s.get("precision") else "",
+        max_new=max_new, held_out=held_out_example(s), precision=f" ({s['precision'].split(' (')[0]})" if s.get("precision") else "",
         table="\n".join(eval_rows(s)), eval_cmd=EVAL_CMD, plots=plot_lines(s))
 
 
