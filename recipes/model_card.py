@@ -192,8 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     summary_path, model = Path(args.eval), Path(args.model)
     summary = json.loads(summary_path.read_text())
-    (model / "plots").mkdir(exist_ok=True)
     for name in summary.get("plots", []):
+        (model / "plots").mkdir(exist_ok=True)
         shutil.copyfile(summary_path.parent / name, model / "plots" / name)
     out = Path(args.out or model / "README.md")
     out.write_text(card(summary, model))
