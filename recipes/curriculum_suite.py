@@ -43,10 +43,10 @@ def chat_ids(tokenizer, prompts: list[str]) -> list[list[int]]:
 
 
 def run(llm, exs: list[dict], decoding: str, tau: float, lam: float, stop_by_ar: bool | None = None,
-        stop_in_run: bool | None = None) -> list[dict]:
+        stop_in_run: bool | None = None, max_tokens: int | None = None) -> list[dict]:
     """Greedy generation of every item with `decoding`; one record per item. `stop_by_ar`,
     `stop_in_run`: `SamplingParams.wedlm_stop_by_ar` / `wedlm_stop_in_run` (None = the model's
-    generation_config.json default).
+    generation_config.json default); `max_tokens` replaces the per-task cap `MAX_TOKENS`.
 
     Records: task, op, right, stopped, text, decode_tokens, decode_forwards, fed_tokens.
     """
@@ -54,7 +54,7 @@ def run(llm, exs: list[dict], decoding: str, tau: float, lam: float, stop_by_ar:
 
     ids = chat_ids(llm.tokenizer, [ex["prompt"] for ex in exs])
     extra = {k: v for k, v in (("wedlm_stop_by_ar", stop_by_ar), ("wedlm_stop_in_run", stop_in_run)) if v is not None}
-    params = [SamplingParams(max_tokens=MAX_TOKENS[ex["task"]], temperature=0, decoding=decoding,
+    params = [SamplingParams(max_tokens=max_tokens or MAX_TOKENS[ex["task"]], temperature=0, decoding=decoding,
                              wedlm_entropy_threshold=tau, wedlm_pos_penalty_factor=lam, **extra) for ex in exs]
     t0 = time.time()
     outs = llm.generate(ids, params)

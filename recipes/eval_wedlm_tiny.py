@@ -10,7 +10,9 @@ greedily with the model's own generation_config.json defaults:
 2. "Count from 1 to 200." exact under `wedlm` and `verified` at the default window and at W=32;
 3. the mask probe (wedlm/evaluate/mask_probe.py): teacher-forced accuracy by slot distance and
    the calibration of accepted fills, per task, with two plots written next to summary.json;
-4. the end probe (`end_probe`): teacher-forced probability of `<|im_end|>` where each answer
+4. "Count from 1 to N." for the held-out ends N in 10..300 (`curriculum.from_one_heldout`: the
+   test and validation keys of that family, none trained on) under `ar` and `wedlm`;
+5. the end probe (`end_probe`): teacher-forced probability of `<|im_end|>` where each answer
    ends against its largest value earlier in the answer (does the model stop where the prompt
    says, or by length?), per task over the same items as 1.
 Writes summary.json (everything) and prints the markdown tables the model card embeds.
@@ -65,6 +67,28 @@ def count200(model: str, window: int, tau: float, lam: float) -> dict:
                          "forwards": r["decode_forwards"],
                          "tokens_per_forward": r["decode_tokens"] / max(1, r["decode_forwards"]),
                          "wall_s": r["wall_s"], "tail": r["text"][-30:]}
+    return out
+
+
+FROM_ONE_MAX_TOKENS = 1600  # "Count from 1 to 300." is 1,390 answer tokens
+
+
+def from_one(model: str, d: dict) -> dict:
+    """Exact share of the held-out "Count from 1 to N." prompts (test and validation keys, N in
+    10..300) under `ar` and `wedlm`, per split, with the ends that failed and what they ended at."""
+    from wedlm import LLM
+    from wedlm.data import curriculum
+
+    llm = LLM(model=model)
+    out = {}
+    for split in ("test", "val"):
+        exs = curriculum.from_one_heldout(split)
+        for dec in ("ar", "wedlm"):
+            recs = suite.run(llm, exs, dec, d["tau"], d["lam"], max_tokens=FROM_ONE_MAX_TOKENS)
+            wrong = [{"prompt": e["prompt"], "tail": r["text"][-24:]} for e, r in zip(exs, recs) if not r["right"]]
+            out.setdefault(dec, {})[split] = {"n": len(exs), "exact": sum(r["right"] for r in recs) / len(exs),
+                                              **suite.table(recs)["count"], "wrong": wrong}
+        print(json.dumps({dec: out[dec][split]["exact"] for dec in out}), flush=True)
     return out
 
 
@@ -172,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n-addsub", type=int, default=200)
     p.add_argument("--n-listops", type=int, default=300)
     p.add_argument("--probe-items", type=int, default=40, help="test items per task for the mask probe")
-    p.add_argument("--skip", default="", help="comma list of parts to skip: tasks,count200,probe,end")
+    p.add_argument("--skip", default="", help="comma list of parts to skip: tasks,count200,from_one,probe,end")
     p.add_argument("--update", action="store_true",
                    help="start from the existing summary.json and replace only the parts that run")
     args = p.parse_args(argv)
@@ -202,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         summary["count200"] = {f"W={w}": count200(args.model, w, d["tau"], d["lam"])
                                for w in sorted({d["window"], 32})}
         print(json.dumps(summary["count200"], indent=1), flush=True)
+    if "from_one" not in skip:
+        summary["from_one"] = from_one(args.model, d)
     if "probe" not in skip:
         n = {t: args.probe_items for t in ("count", "addsub", "listops")}
         summary["mask_probe"] = mask_probe(args.model, n, d)

@@ -349,3 +349,61 @@ def test_mix_spec_takes_edge(tmp_path):
     recs = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
     assert len(recs) == 23 and sum(r["source"] == "count" for r in recs) == 20
     assert max(len(r["messages"][1]["content"].split(", ")) for r in recs if r["source"] == "count") <= 12
+
+
+def test_the_demo_prompt_is_train_by_the_hash_rule_alone():
+    from wedlm.data.synthetic import stable_hash
+
+    assert not hasattr(cur, "PINNED_TRAIN")
+    assert stable_hash("count:1:200:1") % cur.BUCKETS == 13 and cur.split_of("count:1:200:1") == "train"
+
+
+def test_from_one_heldout_lists_the_test_and_validation_ends():
+    test, val = cur.from_one_heldout("test"), cur.from_one_heldout("val")
+
+    def ends(exs):
+        return [int(ex["prompt"][len("Count from 1 to "):-1]) for ex in exs]
+
+    assert ends(test) == [21, 22, 48, 75, 79, 88, 142, 157, 212, 224, 233, 238, 292]
+    assert len(val) == 20 and not set(ends(test)) & set(ends(val)) and 200 not in ends(test) + ends(val)
+    assert all(ex["answer"] == ", ".join(str(v) for v in range(1, n + 1)) for ex, n in zip(test, ends(test)))
+    with pytest.raises(ValueError, match="split"):
+        cur.from_one_heldout("train")
+
+
+def test_small_start_records_read_any_end_and_skip_the_held_out_ones():
+    exs = cur.from_small_examples(3000, max_end=320, max_start=10)
+    held = {ex["prompt"] for ex in cur.from_one_heldout("test") + cur.from_one_heldout("val")}
+    assert len(exs) == 3000 and cur.from_small_examples(3000, max_end=320, max_start=10) == exs
+    starts, ends = [], []
+    for ex in exs:
+        values = _count_values(ex["prompt"])
+        assert ex["answer"] == ", ".join(map(str, values)) and ex["prompt"] not in held
+        starts.append(values[0])
+        ends.append(values[-1])
+        assert 0 <= values[0] <= 10 and values[0] < values[-1] <= 320
+    assert 0.55 < starts.count(1) / len(exs) < 0.7  # a share `one` of starts at 1, the rest 0..10
+    assert sum(e > 200 for e in ends) > 0.25 * len(exs)
+    assert starts.count(1) > 0 and ends.count(200) < 0.01 * len(exs)  # the demo range: natural rate only
+    with pytest.raises(ValueError, match="max_start"):
+        cur.from_small_examples(1, max_end=5, max_start=5)
+
+
+def test_mix_spec_takes_from_small_and_the_replay_demo_share(tmp_path):
+    spec = '{"from_small": {"50": 30}, "replay": {"count": 400}, "replay_demo": %s}'
+    for share, expect_demo in (("0.0", False), ("0.04", True)):
+        cur.main(["--out", str(tmp_path / "m.jsonl"), "--mix", spec % share])
+        recs = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
+        assert len(recs) == 430
+        small = [r for r in recs if r["messages"][0]["content"].startswith("Count from ")
+                 and _count_values(r["messages"][0]["content"])[-1] <= 50 and r["messages"][1]["content"][:2] in
+                 {f"{a}," for a in range(10)}]
+        assert len(small) >= 30
+        assert any(r["messages"][0]["content"] == "Count from 1 to 200." for r in recs) == expect_demo
+
+
+def test_tens_option_writes_the_steps_of_ten_file(tmp_path):
+    cur.main(["--out", str(tmp_path / "t.jsonl"), "--tens", "20"])
+    recs = [json.loads(x) for x in (tmp_path / "t.jsonl").read_text().splitlines()]
+    assert [r["messages"][0]["content"] for r in recs] == [
+        ex["prompt"] for ex in cur.tens_count_examples(20, "probe-step10-long")]

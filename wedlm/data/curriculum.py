@@ -18,8 +18,9 @@ Split rule: every example has a key (the range for ``count``, the prompt
 otherwise). Keys whose stable hash (``synthetic.stable_hash``) falls in bucket 0
 of 20 are the TEST split, bucket 1 the VALIDATION split (for tuning decoding
 knobs), all others TRAIN. A generator never yields a key of another split, so
-the splits are disjoint by construction; "Count from 1 to 200." is pinned to
-train (it is the demo prompt).
+the splits are disjoint by construction. The demo prompt "Count from 1 to 200." falls in TRAIN by
+this rule (its key's bucket is 13), so it is itself a training prompt; `from_one_heldout` lists the
+"Count from 1 to N." prompts that the rule holds out.
 
 ``python -m wedlm.data.curriculum --out data/curriculum`` writes ``train.jsonl``
 (chat records ``{"messages", "source"}``), ``val.jsonl`` and ``test.jsonl``
@@ -40,7 +41,6 @@ from .synthetic import stable_hash
 
 BUCKETS = 20
 SPLIT_BUCKET = {"test": 0, "val": 1}
-PINNED_TRAIN = frozenset({"count:1:200:1"})
 SPLITS = ("train", "val", "test")
 SEEDS = {"train": 4242, "val": 77, "test": 999_999}
 
@@ -55,8 +55,6 @@ Example = dict
 
 def split_of(key: str) -> str:
     """"train", "val" or "test" for an example key (see the module docstring)."""
-    if key in PINNED_TRAIN:
-        return "train"
     bucket = stable_hash(key) % BUCKETS
     for name, b in SPLIT_BUCKET.items():
         if bucket == b:
@@ -203,8 +201,10 @@ def draw_split(n: int, draw, split: str = "train") -> list[Example]:
     return out
 
 
-def examples(task: str, n: int, split: str, seed: int | None = None) -> list[Example]:
-    """`n` examples of `task` from `split`, deterministic in (task, split, seed).
+def examples(task: str, n: int, split: str, seed: int | None = None, demo: float = 0.04) -> list[Example]:
+    """`n` examples of `task` from `split`, deterministic in (task, split, seed); `demo` is the
+    share of counting draws that are the demo range 1..200 (`count_range`; the evaluation splits
+    and the earlier stages' data keep 0.04, the default).
 
     Raises:
         ValueError: unknown task or split.
@@ -214,6 +214,8 @@ def examples(task: str, n: int, split: str, seed: int | None = None) -> list[Exa
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     rng = random.Random(f"{task}:{split}:{SEEDS[split] if seed is None else seed}")
+    if task == "count":
+        return draw_split(n, lambda: gen_count(rng, demo=demo), split)
     return draw_split(n, lambda: GENERATORS[task](rng), split)
 
 
@@ -242,9 +244,10 @@ def write_jsonl(path: Path, records) -> int:
     return n
 
 
-def train_chat_records(counts: dict[str, int], seed: int) -> list[dict]:
-    """Chat records of `counts[task]` TRAIN-split examples per task (seed `seed`), task by task."""
-    return [to_chat(ex) for task, n in counts.items() for ex in examples(task, n, "train", seed)]
+def train_chat_records(counts: dict[str, int], seed: int, demo: float = 0.04) -> list[dict]:
+    """Chat records of `counts[task]` TRAIN-split examples per task (seed `seed`, demo share
+    `demo` among counting draws), task by task."""
+    return [to_chat(ex) for task, n in counts.items() for ex in examples(task, n, "train", seed, demo)]
 
 
 def build(out: Path, scale: float = 1.0, seed: int = SEEDS["train"]) -> dict:
@@ -476,6 +479,45 @@ def tens_count_examples(n: int, seed_name: str = "count-tens", max_terms: int = 
     return draw_split(n, draw)
 
 
+def from_small_examples(n: int, seed: int = SEEDS["train"], max_end: int = 320, max_start: int = 10,
+                        one: float = 0.6) -> list[Example]:
+    """`n` TRAIN-split "Count from A to B." examples (up, step 1) with a small start: A = 1 at a
+    share `one`, else A uniform in 0..`max_start`; B uniform in A+1..`max_end`.
+
+    Why: the usual generator draws starts uniform in 0..999, so "Count from 1 to N." is rare,
+    and the demo range 1..200 (4% of its counting draws) was the one long range from 1 the model
+    knew: it counted "Count from 1 to 50." on to 150 or 200. Here the end is all that varies, so
+    only reading B from the prompt decides where the answer stops; the demo range keeps its
+    natural rate (about one record in 500). Keys follow the split rule: the held-out ends of
+    `from_one_heldout` never appear.
+
+    Raises:
+        ValueError: `max_start` < 0 or `max_end` <= `max_start`.
+    """
+    if max_start < 0 or max_end <= max_start:
+        raise ValueError(f"need 0 <= max_start < max_end, got max_start={max_start}, max_end={max_end}")
+    rng = random.Random(f"count-from-small:{seed}:{max_end}:{max_start}:{one}")
+
+    def draw() -> tuple[Example, str]:
+        low = 1 if rng.random() < one else rng.randint(0, max_start)
+        return count_example(low, rng.randint(low + 1, max_end))
+
+    return draw_split(n, draw)
+
+
+def from_one_heldout(split: str, ends: range = range(10, 301)) -> list[Example]:
+    """The "Count from 1 to N." examples, N in `ends`, whose key falls in `split` ("test" or "val"):
+    the held-out prompts next to the demo. No training generator yields them (split rule).
+
+    Raises:
+        ValueError: `split` not "test" or "val".
+    """
+    if split not in SPLIT_BUCKET:
+        raise ValueError(f"split must be one of {tuple(SPLIT_BUCKET)}, got {split!r}")
+    pairs = (count_example(1, n) for n in ends)
+    return [ex for ex, key in pairs if split_of(key) == split]
+
+
 def build_stop(out: Path, n_short: int, n_replay: int, seed: int = SEEDS["train"] + 1,
                terms: tuple[int, int] = (3, 10), demo: float = 0.04) -> int:
     """Write stop.jsonl: `n_short` short counting records (`terms` = (min, max) terms, demo
@@ -493,7 +535,8 @@ def build_mix(out: Path, simple: dict[int, int] | None = None, short: dict[int, 
               replay: dict[str, int] | None = None, seed: int = SEEDS["train"] + 2, demo: float = 0.0,
               simple_forms: dict[int, int] | None = None, distractor: dict[int, int] | None = None,
               distractor2: dict[int, int] | None = None, carry: dict[int, int] | None = None,
-              edge: dict[int, int] | None = None) -> int:
+              edge: dict[int, int] | None = None, from_small: dict[int, int] | None = None,
+              replay_demo: float = 0.04) -> int:
     """Write one shuffled TRAIN-split mix to the file `out`; returns records.
 
     `simple` maps max terms -> records of `simple_count_examples` (1..max terms, up, step 1);
@@ -506,8 +549,11 @@ def build_mix(out: Path, simple: dict[int, int] | None = None, short: dict[int, 
     change in their number of digits);
     `edge` maps max terms -> records of `edge_count_examples` (ranges that start near 0 or end
     near a change in the number of digits);
+    `from_small` maps max end -> records of `from_small_examples` ("Count from A to B." with A
+    small, any end B);
     `short` maps max terms -> records of `short_count_examples` (2..max terms, every counting
-    form, demo range at a share `demo`); `replay` maps task -> records of the usual generators.
+    form, demo range at a share `demo`); `replay` maps task -> records of the usual generators,
+    the demo range 1..200 at a share `replay_demo` of the counting draws.
     This builds the widening stages after the stop experiments (docs/training.md): the simple
     records keep the end value B read while longer ranges and the other tasks come back.
 
@@ -527,9 +573,11 @@ def build_mix(out: Path, simple: dict[int, int] | None = None, short: dict[int, 
         records += [to_chat(ex) for ex in carry_addsub_examples(n, seed, int(width))]
     for max_terms, n in (edge or {}).items():
         records += [to_chat(ex) for ex in edge_count_examples(n, seed, int(max_terms))]
+    for max_end, n in (from_small or {}).items():
+        records += [to_chat(ex) for ex in from_small_examples(n, seed, int(max_end))]
     for max_terms, n in (short or {}).items():
         records += [to_chat(ex) for ex in short_count_examples(n, seed, int(max_terms), 2, demo)]
-    records += train_chat_records(dict(replay or {}), seed)
+    records += train_chat_records(dict(replay or {}), seed, replay_demo)
     random.Random(f"widen:{seed}").shuffle(records)
     return write_jsonl(Path(out), records)
 
@@ -545,6 +593,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="write only stop.jsonl: N short counting records + N of the usual mix")
     p.add_argument("--simple-stop", type=int, default=0, metavar="N",
                    help="write only simple_stop.jsonl: N 1-6-term 'Count from A to B.' records")
+    p.add_argument("--tens", type=int, default=0, metavar="N",
+                   help="write only the file --out: N 'Count from A to B in steps of 10.' records (tens_count_examples)")
     p.add_argument("--stop-terms", default="3-10", metavar="MIN-MAX",
                    help="terms per short counting record of --stop (default 3-10)")
     p.add_argument("--stop-replay", type=int, default=None, metavar="N",
@@ -564,13 +614,19 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"--mix must be a JSON object: {e}") from e
         if not isinstance(spec, dict):
             raise SystemExit(f"--mix must be a JSON object, got {type(spec).__name__}")
-        keys = ("simple", "simple_forms", "distractor", "distractor2", "carry", "edge", "short", "replay", "seed", "demo")
+        keys = ("simple", "simple_forms", "distractor", "distractor2", "carry", "edge", "from_small", "short",
+                "replay", "seed", "demo", "replay_demo")
         unknown = set(spec) - set(keys)
         if unknown:
             raise SystemExit(f"--mix: unknown keys {sorted(unknown)}; expected {', '.join(keys)}")
         n = build_mix(a.out, spec.get("simple"), spec.get("short"), spec.get("replay"),
                       a.seed + int(spec.get("seed", 2)), float(spec.get("demo", 0.0)), spec.get("simple_forms"),
-                      spec.get("distractor"), spec.get("distractor2"), spec.get("carry"), spec.get("edge"))
+                      spec.get("distractor"), spec.get("distractor2"), spec.get("carry"), spec.get("edge"),
+                      spec.get("from_small"), float(spec.get("replay_demo", 0.04)))
+        print(f"{a.out}: {n} records")
+        return
+    if a.tens:
+        n = write_jsonl(a.out, [to_chat(ex) for ex in tens_count_examples(a.tens, "probe-step10-long")])
         print(f"{a.out}: {n} records")
         return
     if a.simple_stop:
