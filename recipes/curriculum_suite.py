@@ -10,11 +10,10 @@ an end token rather than at max_tokens.
 
 from __future__ import annotations
 
-import re
 import time
 
 from wedlm.data import curriculum
-from wedlm.evaluate.listops import same_list
+from wedlm.evaluate.curriculum import score_example as score  # the one scorer: wedlm eval, bench, recipes
 
 MAX_TOKENS = {"count": 1024, "addsub": 32, "listops": 48}
 
@@ -22,17 +21,6 @@ MAX_TOKENS = {"count": 1024, "addsub": 32, "listops": 48}
 def items(split: str, n: dict[str, int]) -> list[dict]:
     """Curriculum examples of `split`, `n[task]` per task, in task order."""
     return [ex for task, k in n.items() for ex in curriculum.examples(task, k, split)]
-
-
-def score(ex: dict, text: str) -> bool:
-    """True when the generation answers `ex` (see the module docstring)."""
-    text = text.strip()
-    if ex["task"] == "addsub":
-        nums = re.findall(r"-?\d+", text)
-        return bool(nums) and nums[-1] == ex["final"]
-    if ex["task"] == "listops":
-        return same_list(text, ex["answer"])
-    return text == ex["answer"]
 
 
 def chat_ids(tokenizer, prompts: list[str]) -> list[list[int]]:

@@ -83,7 +83,7 @@ def test_messages_name_the_mistake(capsys, tmp_path, monkeypatch):
                           f"data={tmp_path}/cur/train.jsonl"], capsys)
     assert f"python -m wedlm.data.curriculum --out {tmp_path}/cur" in err
     _, out, err = run_main(["convert", "/no/such/folder", str(tmp_path / "o")], capsys)
-    assert "/no/such/folder: no such folder" in err and not out
+    assert "/no/such/folder: checkpoint folder does not exist" in err and not out
 
 
 def test_ctrl_c_stops_a_streamed_chat_answer_and_frees_its_blocks(cli_llm):
