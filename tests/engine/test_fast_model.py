@@ -4,8 +4,15 @@
 import pytest
 import torch
 
-from wedlm.engine.fast_model import (FusedQKVAttention, FusedRMSNorm, FusedSwiGLU, TransposedGemvLinear,
-                                     optimize_for_inference, plain_weights, use_transposed_gemv)
+from wedlm.engine.fast_model import (
+    FusedQKVAttention,
+    FusedRMSNorm,
+    FusedSwiGLU,
+    TransposedGemvLinear,
+    optimize_for_inference,
+    plain_weights,
+    use_transposed_gemv,
+)
 from wedlm.model import DenseAttention, KVCache, PagedAttention, SequenceSlice, load_model
 
 

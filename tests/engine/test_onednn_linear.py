@@ -6,10 +6,17 @@ import torch
 import torch.nn.functional as F
 
 from wedlm import LLM, SamplingParams
-from wedlm.engine.config import resolve_cpu_linear
 from wedlm.engine import fast_model
-from wedlm.engine.fast_model import (ONEDNN_MIN_ROWS, PACKED_MIN_MACS, OneDNNLinear, onednn_linear,
-                                     optimize_for_inference, pack_weight, use_onednn_linear)
+from wedlm.engine.config import resolve_cpu_linear
+from wedlm.engine.fast_model import (
+    ONEDNN_MIN_ROWS,
+    PACKED_MIN_MACS,
+    OneDNNLinear,
+    onednn_linear,
+    optimize_for_inference,
+    pack_weight,
+    use_onednn_linear,
+)
 from wedlm.hardware import cpu_prefers_onednn_linear, cpu_vendor
 from wedlm.model import DenseAttention, load_model
 

@@ -1,7 +1,7 @@
 """Scheduler on a fake KV configuration: batching, chunked prefill, preemption, refusal."""
 
 from wedlm.engine.block_manager import BlockManager
-from wedlm.engine.request import Sequence, SeqStatus
+from wedlm.engine.request import SeqStatus, Sequence
 from wedlm.engine.sampling_params import SamplingParams
 from wedlm.engine.scheduler import Scheduler
 

@@ -6,9 +6,9 @@ pairs of test_tensor_parallel.py are torn down when that module ends.
 
 from __future__ import annotations
 
-from wedlm import LLM, SamplingParams
-
 from test_tensor_parallel import BATCH, DECODERS, ENGINE, QWEN3
+
+from wedlm import LLM, SamplingParams
 
 
 def test_compiled_two_ranks_give_the_eager_tokens_of_one_process(ckpt_factory):

@@ -2,9 +2,15 @@
 
 import pytest
 
-from wedlm.evaluate.extract import (extract_boxed, extract_final_number, extract_gsm8k_reference,
-                                    math_answers_equal, normalize_math_answer, normalize_number,
-                                    numbers_equal)
+from wedlm.evaluate.extract import (
+    extract_boxed,
+    extract_final_number,
+    extract_gsm8k_reference,
+    math_answers_equal,
+    normalize_math_answer,
+    normalize_number,
+    numbers_equal,
+)
 
 
 @pytest.mark.parametrize("text, want", [

@@ -2,8 +2,7 @@
 
 import pytest
 
-from wedlm.evaluate.humaneval import (CHAT_INSTRUCTION, clean_completion, humaneval_task,
-                                      load_problems, score_humaneval)
+from wedlm.evaluate.humaneval import CHAT_INSTRUCTION, clean_completion, humaneval_task, load_problems, score_humaneval
 from wedlm.evaluate.tasks import EvalItem
 
 

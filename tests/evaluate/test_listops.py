@@ -8,9 +8,20 @@ import pytest
 
 from wedlm.cli.main import main
 from wedlm.data import curriculum
-from wedlm.evaluate.listops import (list_reference, listops_items, listops_table, listops_tasks, parse_list,
-                                    same_list, score_list_answer, score_list_item, valid_random_insert, valid_random_remove,
-                                    valid_random_replace, valid_shuffle)
+from wedlm.evaluate.listops import (
+    list_reference,
+    listops_items,
+    listops_table,
+    listops_tasks,
+    parse_list,
+    same_list,
+    score_list_answer,
+    score_list_item,
+    valid_random_insert,
+    valid_random_remove,
+    valid_random_replace,
+    valid_shuffle,
+)
 from wedlm.evaluate.tasks import chat_item
 
 

@@ -4,8 +4,15 @@
 import pytest
 import torch
 
-from wedlm.evaluate.loglikelihood import (ScoreRequest, batch_rows, pack_requests, rolling_requests,
-                                          score_requests, sum_rolling, truncate)
+from wedlm.evaluate.loglikelihood import (
+    ScoreRequest,
+    batch_rows,
+    pack_requests,
+    rolling_requests,
+    score_requests,
+    sum_rolling,
+    truncate,
+)
 from wedlm.model import DenseAttention, load_model
 
 

@@ -4,7 +4,7 @@
 import pytest
 import torch
 
-from wedlm.model import KVCache, PagedAttention, Padding, SequenceSlice, load_model
+from wedlm.model import KVCache, Padding, PagedAttention, SequenceSlice, load_model
 
 BS = 4
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from wedlm.train.masking import IGNORE, block_ids, build_causal, build_dual_stream, draw_masks, reorder_blocks
-from wedlm.train.packing import Document, Packer, PackedRow
+from wedlm.train.packing import Document, PackedRow, Packer
 
 MASK = 1
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any, Callable, TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
 from .options import (
     UsageError,

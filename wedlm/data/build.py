@@ -25,9 +25,9 @@ import json
 import os
 import random
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable
 
 from tqdm import tqdm
 

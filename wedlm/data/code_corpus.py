@@ -16,9 +16,9 @@ from __future__ import annotations
 import hashlib
 import os
 import sysconfig
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 HELDOUT_PERCENT = 3
 MAX_FILE_BYTES = 200_000

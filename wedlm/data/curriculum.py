@@ -34,8 +34,8 @@ import argparse
 import json
 import math
 import random
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from .synthetic import stable_hash
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import random
 import string
-from typing import Callable
+from collections.abc import Callable
 
 TRAIN_BASE_SEED = 1234
 HELDOUT_SEED = 999_999

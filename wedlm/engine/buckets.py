@@ -57,7 +57,7 @@ class StepShape:
     rows: int
 
     @classmethod
-    def of(cls, tokens: int, batch: int, queries: int, keys: int, rows: int) -> "StepShape":
+    def of(cls, tokens: int, batch: int, queries: int, keys: int, rows: int) -> StepShape:
         """Bucket the real sizes (`rows` may be 0: a prefill chunk still gets a bucket of rows).
         Batch and queries keep a bucket of 1, so a run compiles at most four graphs: batch 1 or
         more, one query per sequence or more. The batch-1, one-query step (`ar` at batch 1) is

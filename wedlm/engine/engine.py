@@ -25,8 +25,14 @@ import time
 from ..tokenizer import load_tokenizer, mask_token_id, stop_token_ids
 from .block_manager import BlockManager
 from .commit import commit_tokens, final_delta, progress_delta
-from .config import (EngineConfig, resolve_cpu_linear, resolve_device, resolve_max_model_len, resolve_num_blocks,
-                     resolve_precision)
+from .config import (
+    EngineConfig,
+    resolve_cpu_linear,
+    resolve_device,
+    resolve_max_model_len,
+    resolve_num_blocks,
+    resolve_precision,
+)
 from .decoders import DECODER_CLASSES, Decoder, WindowPlan
 from .defaults import model_decoding_defaults
 from .errors import RequestError

@@ -45,7 +45,6 @@ from ..model.layers import RMSNorm, SwiGLU, apply_rope
 from ..model.qwen import Attention, QwenForCausalLM
 from .buckets import bucket
 
-
 # Float32 matmuls with at least this many input rows go through oneDNN under `use_onednn_linear`;
 # fewer rows stay with F.linear (BLAS's matrix-vector kernels were faster there: on a Zen 4 core,
 # [1, 192] x [192, 1024] 12.5 us by MKL against 21-24 us by oneDNN, about even at 8 rows, 1.6x

@@ -74,7 +74,7 @@ class LLM:
         """Stop the tensor-parallel worker processes, if any (idempotent)."""
         self.engine.close()
 
-    def __enter__(self) -> "LLM":
+    def __enter__(self) -> LLM:
         return self
 
     def __exit__(self, *exc) -> None:

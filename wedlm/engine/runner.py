@@ -21,11 +21,16 @@ from dataclasses import dataclass
 
 import torch
 
-from ..model import KVCache, PagedAttention, Padding, QwenForCausalLM, SequenceSlice
+from ..model import KVCache, Padding, PagedAttention, QwenForCausalLM, SequenceSlice
 from .buckets import StepShape
 from .compiled import CompiledForward, forward_logits
-from .fast_model import (optimize_for_inference, plain_weights, precast_for_autocast, use_onednn_linear,
-                         use_transposed_gemv)
+from .fast_model import (
+    optimize_for_inference,
+    plain_weights,
+    precast_for_autocast,
+    use_onednn_linear,
+    use_transposed_gemv,
+)
 from .sampling import RowScores, SoftmaxRows
 
 

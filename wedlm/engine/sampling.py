@@ -115,7 +115,7 @@ class RowScores:
     start: int
     stop: int
 
-    def __getitem__(self, index: slice) -> "RowScores":
+    def __getitem__(self, index: slice) -> RowScores:
         sub = range(self.start, self.stop)[index]
         return RowScores(self.batch, sub.start, max(sub.start, sub.stop))
 

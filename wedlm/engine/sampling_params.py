@@ -147,7 +147,7 @@ class SamplingParams:
         """Temperature 0, or top_p 0 (a nucleus of the single most likely token)."""
         return self.temperature == 0 or self.top_p == 0
 
-    def resolve(self, model_defaults: dict | None = None) -> "SamplingParams":
+    def resolve(self, model_defaults: dict | None = None) -> SamplingParams:
         """A copy with every MODEL_DEFAULT replaced (model's generation_config first, then `defaults.py`)."""
         defaults = {**DEFAULTS, **(model_defaults or {})}
         changes = {name: defaults[name] for name in DEFAULTS if getattr(self, name) is MODEL_DEFAULT}

@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from .block_manager import BlockManager
-from .request import Sequence, SeqStatus
+from .request import SeqStatus, Sequence
 
 
 @dataclass

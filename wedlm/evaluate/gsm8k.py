@@ -21,8 +21,7 @@ import re
 from pathlib import Path
 
 from ..jsonl import read_jsonl
-from .extract import (extract_boxed, extract_final_number, extract_gsm8k_reference,
-                      math_answers_equal, numbers_equal)
+from .extract import extract_boxed, extract_final_number, extract_gsm8k_reference, math_answers_equal, numbers_equal
 from .tasks import EvalItem, EvalTask, Score
 
 _CALCULATOR = re.compile(r"<<[^>]*>>")  # GSM8K's "<<48/2=24>>" calculator annotations

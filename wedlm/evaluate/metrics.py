@@ -11,8 +11,8 @@ one; ratios of sums are what Eq. 4 defines for a workload.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from statistics import mean
-from typing import Iterable
 
 from ..engine.outputs import sum_stats
 

@@ -10,8 +10,9 @@ the synthetic suites alike; only item building and scoring differ per task.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 
 @dataclass(slots=True)

@@ -1,6 +1,6 @@
 """Qwen/Llama-family causal decoder with logical position ids, attention metadata and HF loading."""
 
-from .attention import DenseAttention, KVCache, PagedAttention, Padding, SequenceSlice
+from .attention import DenseAttention, KVCache, Padding, PagedAttention, SequenceSlice
 from .config import ConfigError, ModelConfig, RopeConfig
 from .loader import CheckpointError, load_model, resolve_dtype, save_model
 from .qwen import QwenForCausalLM

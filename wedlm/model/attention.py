@@ -25,7 +25,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-
 _SDPA_HAS_GQA = "enable_gqa" in (F.scaled_dot_product_attention.__doc__ or "")
 
 
@@ -163,7 +162,7 @@ class PagedAttention:
 
     @classmethod
     def build(cls, kv_cache: KVCache, seqs: list[SequenceSlice],
-              device: torch.device | str | None = None, pad: Padding | None = None) -> "PagedAttention":
+              device: torch.device | str | None = None, pad: Padding | None = None) -> PagedAttention:
         """Slot mapping, gather indices and causal-on-cache mask for a batch, vectorised
         over all tokens (numpy on the host, one copy per tensor to `device`).
 

@@ -176,7 +176,7 @@ class ModelConfig:
         return out
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> "ModelConfig":
+    def from_dict(cls, raw: dict[str, Any]) -> ModelConfig:
         """Build from the parsed JSON of a HF `config.json`."""
         model_type = raw.get("model_type")
         if model_type not in SUPPORTED_MODEL_TYPES:
@@ -218,7 +218,7 @@ class ModelConfig:
         )
 
     @classmethod
-    def from_file(cls, path: str | Path) -> "ModelConfig":
+    def from_file(cls, path: str | Path) -> ModelConfig:
         """Read `config.json` (or the `config.json` inside a folder).
 
         Raises:

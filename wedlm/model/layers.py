@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import nn
 import torch.nn.functional as F
+from torch import nn
 
 from .config import ModelConfig, RopeConfig, yarn_mscale
 

@@ -89,8 +89,13 @@ def hub_snapshot(repo_id: str, revision: str | None = None) -> Path:
             revision, a gated/private repo, no network and no cached copy, no safetensors weights.
     """
     from huggingface_hub import constants, snapshot_download
-    from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError,
-                                        RepositoryNotFoundError, RevisionNotFoundError)
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
 
     where = f"hub model {repo_id!r} (revision {revision or 'main'!r})"
     try:

@@ -21,9 +21,10 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any
 
 from ..engine.outputs import StreamDelta
 
@@ -72,7 +73,7 @@ class EngineLoop:
         self.last_error: str | None = None
 
     # ----- API for other threads -----
-    def start(self) -> "EngineLoop":
+    def start(self) -> EngineLoop:
         """Start the thread (idempotent)."""
         if self._thread is None:
             self._refresh_snapshot()

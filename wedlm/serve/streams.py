@@ -10,8 +10,9 @@ early, e.g. because the client disconnected; the engine then frees their KV bloc
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any
 
 from .engine_loop import EngineLoop
 

@@ -2,7 +2,7 @@
 
 from .config import TrainConfig
 from .masking import DualStreamExample, MaskDraw, build_causal, build_dual_stream, collate, draw_masks
-from .packing import Document, Packer, PackedRow
+from .packing import Document, PackedRow, Packer
 
 __all__ = ["Document", "DualStreamExample", "MaskDraw", "PackedRow", "Packer", "TrainConfig",
            "build_causal", "build_dual_stream", "collate", "draw_masks"]

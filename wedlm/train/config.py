@@ -146,7 +146,7 @@ class TrainConfig:
         return out
 
     @classmethod
-    def from_yaml(cls, path: str | Path, overrides: dict[str, Any] | None = None) -> "TrainConfig":
+    def from_yaml(cls, path: str | Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
         """Read a YAML mapping; `overrides` (e.g. from `--set key=value`) win.
 
         Raises:

@@ -64,7 +64,7 @@ class FlexDualStreamAttention(DenseAttention):
 
     @classmethod
     def from_positions(cls, position_ids: torch.Tensor, stream_len: int, block_size: int,
-                       compiled: bool | None = None) -> "FlexDualStreamAttention":
+                       compiled: bool | None = None) -> FlexDualStreamAttention:
         """Build the block mask for position_ids [N, L or 2L] of dual-stream (or AR) rows."""
         from torch.nn.attention.flex_attention import create_block_mask
 
