@@ -1,4 +1,4 @@
-"""A learning-rate sweep of the from-scratch AR stage (docs/training.md, "A learning-rate sweep").
+"""A learning-rate sweep of the from-scratch AR stage (docs/experiments.md, "A learning-rate sweep").
 
 Each arm is configs/scratch_ar.yaml with one-row steps (`micro_batch: 1`), 200 warm-up steps,
 a 12-minute clock-driven cosine down to lr/10, and the arm's peak learning rate; the arms run one

@@ -90,7 +90,7 @@ def cpu_prefers_onednn_linear(vendor: str | None = None, flags: set[str] | None 
     matmuls"). Automatic: True for an AMD CPU with AVX-512 (where it was measured), False
     otherwise (Intel: MKL's own target, not measured; AVX2-only AMD: on a Zen 3 core the
     engine's oneDNN rule ran the shipped model's matmuls at 0.91-0.97x MKL's speed from 8 rows,
-    docs/engine.md "An AVX2-only AMD CPU"). Without `vendor` and
+    docs/experiments.md "An AVX2-only AMD CPU"). Without `vendor` and
     `flags`, WEDLM_CPU_LINEAR ("onednn" or "blas") overrides the detection (the test suite sets
     "blas", like WEDLM_CPU_BF16).
 

@@ -360,7 +360,7 @@ def distractor_count_examples(n: int, seed: int = SEEDS["train"], max_extra: int
     `p` = 100 / gcd(step, 100) terms (100 for step 1, 50 for step 2, 20 for step 5, 10 for step 10):
     a model trained on ranges shorter than that stopped at the first value ending in B's last two
     digits ("Count from 483 to 625." ended at 525) in 17 of 60 validation ranges of 31-150 terms
-    (docs/training.md, "The last-two-digits shortcut"). Ranges stay within 150 terms (the
+    (docs/experiments.md, "The last-two-digits shortcut"). Ranges stay within 150 terms (the
     evaluation's longest) and 0..1100.
 
     Raises:
@@ -431,7 +431,7 @@ def carry_addsub_examples(n: int, seed: int = SEEDS["train"], width: int = 20) -
     Why: under streaming decoding the mask at the slot after a two-digit result must say
     `<|im_end|>` without seeing the result's last digit, i.e. it must know that A + B < 100
     from the prompt alone. On validation sums of 79-99 the model wrote the last digit twice
-    ("67 + 17 = 844", docs/training.md, "Where a sum ends"), while AR decoding, which sees the
+    ("67 + 17 = 844", docs/experiments.md, "Where a sum ends"), while AR decoding, which sees the
     digit, was right. The usual generator draws half sums, 38% of them in the band 80..119 for
     width 20 (19% of its records); here every record is in its band. Small widths hold few
     distinct prompts (width 1: about 290 of the train split), so records repeat.

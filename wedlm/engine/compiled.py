@@ -88,7 +88,7 @@ class CompiledForward:
         dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)
         # On a CPU the graph's calling code is generated as C++ (inductor's `cpp_wrapper`): a
         # one-token step of the shipped model spends ~0.2 ms in the Python wrapper otherwise
-        # (docs/engine.md, "C++ wrapper"); compiling a graph takes longer instead.
+        # (docs/engine.md, "Compiled forward" and docs/experiments.md, "C++ wrapper"); compiling a graph takes longer instead.
         options = {"cpp_wrapper": True} if device.type == "cpu" and not collectives else None
         self._compiled = torch.compile(forward_logits, dynamic=True, options=options)
         self._graphed = None

@@ -17,7 +17,7 @@ from .defaults import check_knob
 
 DEFAULT_MAX_MODEL_LEN = 4096
 CPU_KV_BUDGET_BYTES = 4 << 30
-# Automatic CPU autocast starts at this hidden size. Measured on a 2-core AMX Xeon (docs/engine.md,
+# Automatic CPU autocast starts at this hidden size. Measured on a 2-core AMX Xeon (docs/experiments.md,
 # "Precision on a CPU with AMX"): at hidden 192 fp32 was as fast per forward and engine `ar` ran
 # 1.2-1.9x transformers in fp32 against 0.7-1.3x under bf16; at hidden 512 and 1024 bf16 was as
 # fast at one slot and 1.7-2.3x faster at 16 slots.
