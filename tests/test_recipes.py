@@ -3,6 +3,7 @@ the evaluation, the decoding-defaults pick of recipes/tune_decoding.py, the chec
 learning-rate sweep's arms and report."""
 
 import json
+import re
 
 import pytest
 
@@ -275,6 +276,8 @@ def test_every_config_is_used_by_a_recipe_or_a_recipe_helper():
     for variant in ("1", "2"):
         used |= {row[1] for row in chain(recipe_plan("wedlm_tiny_scratch.sh", SCRATCH=variant))}
     used |= {row[1] for row in chain(recipe_plan("wedlm_tiny_from_one.sh"), start="models/wedlm-tiny")}
+    quickstart = (root / "recipes" / "quickstart_train.sh").read_text()
+    used |= set(re.findall(r"configs/[\w.-]+\.yaml", quickstart))
     assert sorted(str(p.relative_to(root)) for p in (root / "configs").glob("*.yaml")) == sorted(used)
 
 

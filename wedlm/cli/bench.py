@@ -37,11 +37,18 @@ EXAMPLES = """examples:
 
 
 def _floats(text: str) -> tuple[float, ...]:
-    """Comma-separated numbers >= 0 (thresholds, penalties)."""
-    values = tuple(non_negative_float(x) for x in text.split(",") if x.strip())
+    """Comma-separated numbers (thresholds, penalties; their ranges are the library's check_knob)."""
+    values = tuple(_number(x) for x in text.split(",") if x.strip())
     if not values:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
     return values
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
 
 
 def _ints(text: str) -> tuple[int, ...]:
