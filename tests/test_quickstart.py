@@ -9,7 +9,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_quickstart_trains_and_the_result_generates(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "STEPS": "2", "OUT": str(tmp_path / "qs")}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "STEPS": "2", "OUT": str(tmp_path / "qs"),
+           "DATA": str(tmp_path / "data")}
     done = subprocess.run(["bash", str(REPO / "recipes" / "quickstart_train.sh")], env=env, capture_output=True,
                           text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
