@@ -170,7 +170,8 @@ def add_sampling_args(parser: argparse.ArgumentParser) -> None:
     """Options that build the `SamplingParams` of each request."""
     group = parser.add_argument_group("sampling and decoding")
     group.add_argument("--decoding", choices=DECODERS, default=None,
-                       help="decoding strategy: wedlm (streaming parallel, default), ar (one token per forward), "
+                       help="decoding strategy: wedlm (streaming parallel; the default for a model with a [MASK] token), "
+                            "ar (one token per forward; the default for a plain AR model), "
                             "blockwise (stop-and-wait blocks), verified (lossless, equals ar when greedy)")
     group.add_argument("--wedlm-entropy-threshold", "--threshold", dest="threshold", type=float, default=None,
                        metavar="TAU",

@@ -76,6 +76,7 @@ class Engine:
             self.tokenizer = None
         self.stop_ids = stop_token_ids(self.tokenizer, config.model)
         self.mask_token_id = mask_token_id(self.tokenizer, cfg.mask_token_id)
+        self.model_defaults["decoding"] = "ar" if self.mask_token_id is None else "wedlm"
         self.max_model_len = resolve_max_model_len(config.max_model_len, cfg.max_position_embeddings)
         self.max_num_batched_tokens = config.max_num_batched_tokens or max(
             self.max_model_len, 4 * self.window_size + 2)

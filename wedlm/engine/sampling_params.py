@@ -74,7 +74,8 @@ class SamplingParams:
             without `wedlm_stop_by_ar`; default: the model's
             generation_config.json, else False.
         decoding: "wedlm" (Streaming Parallel Decoding), "ar", "blockwise" or
-            "verified" (lossless: drafts verified by the AR head).
+            "verified" (lossless: drafts verified by the AR head); default:
+            "wedlm" for a model with a [MASK] token, "ar" for a plain AR model.
         wedlm_window_size: per-request window W (>= 1); None = the engine's.
         seed: per-request RNG seed; the same seed gives the same output.
 
@@ -104,7 +105,7 @@ class SamplingParams:
     wedlm_fallback: str = "leftmost"
     wedlm_stop_by_ar: bool | _ModelDefault = MODEL_DEFAULT
     wedlm_stop_in_run: bool | _ModelDefault = MODEL_DEFAULT
-    decoding: str = "wedlm"
+    decoding: str | _ModelDefault = MODEL_DEFAULT
     wedlm_window_size: int | None = None
     seed: int | None = None
     stop_strings: list[str] = field(init=False, repr=False, default_factory=list)
@@ -115,7 +116,8 @@ class SamplingParams:
         self.top_p = _real("top_p", self.top_p, "in [0, 1]", lambda v: 0 <= v <= 1)
         self.top_k = _integer("top_k", self.top_k, ">= 0 (0 or -1 = off)", lambda v: v >= -1)
         self.max_tokens = _integer("max_tokens", self.max_tokens, ">= 1", lambda v: v >= 1)
-        _check(isinstance(self.decoding, str) and self.decoding in DECODERS, "decoding",
+        _check(self.decoding is MODEL_DEFAULT or (isinstance(self.decoding, str) and self.decoding in DECODERS),
+               "decoding",
                f"decoding must be one of {DECODERS}, got {self.decoding!r}")
         _check(isinstance(self.wedlm_fallback, str) and self.wedlm_fallback in FALLBACKS, "wedlm_fallback",
                f"wedlm_fallback must be one of {FALLBACKS}, got {self.wedlm_fallback!r}")
@@ -151,6 +153,8 @@ class SamplingParams:
         """A copy with every MODEL_DEFAULT replaced (model's generation_config first, then `defaults.py`)."""
         defaults = {**DEFAULTS, **(model_defaults or {})}
         changes = {name: defaults[name] for name in DEFAULTS if getattr(self, name) is MODEL_DEFAULT}
+        if self.decoding is MODEL_DEFAULT:  # a plain AR model (no [MASK]) decodes with "ar"
+            changes["decoding"] = defaults.get("decoding", "wedlm")
         return dataclasses.replace(self, **changes)  # validates the model's values too
 
 
