@@ -8,9 +8,10 @@ from wedlm.engine.sampling_params import MODEL_DEFAULT, SamplingParams
 
 def test_official_defaults_and_resolution():
     p = SamplingParams()
-    assert (p.temperature, p.top_p, p.top_k, p.max_tokens, p.decoding) == (0.2, 1.0, 0, 64, "wedlm")
-    assert p.wedlm_entropy_threshold is MODEL_DEFAULT
+    assert (p.temperature, p.top_p, p.top_k, p.max_tokens) == (0.2, 1.0, 0, 64)
+    assert p.wedlm_entropy_threshold is MODEL_DEFAULT and p.decoding is MODEL_DEFAULT
     r = p.resolve()
+    assert r.decoding == "wedlm" and p.resolve({"decoding": "ar"}).decoding == "ar"
     assert (r.wedlm_entropy_threshold, r.wedlm_pos_penalty_factor) == (0.4, 0.02)
     m = p.resolve({"wedlm_entropy_threshold": 0.6, "wedlm_pos_penalty_factor": 0.1})
     assert (m.wedlm_entropy_threshold, m.wedlm_pos_penalty_factor) == (0.6, 0.1)
