@@ -196,9 +196,12 @@ def phase(a: argparse.Namespace) -> list[dict]:
     reference = [hf_call(systems["transformers"], [p], a.new_tokens, pad_id)["tokens"][0] for p in prompts]
     plan = [(key, b) for key, _, batches in SYSTEMS for b in batches if key in systems]
     for key, b in plan:  # warm-up: compiles the graphs for both batch sizes, fills caches
+        start = time.perf_counter()
         call(key, systems[key], sets[b][0], a.new_tokens, pad_id)
+        print(f"warm-up {key} batch {b}, {threads} thread(s): {time.perf_counter() - start:.1f} s", file=sys.stderr)
     runs: dict[tuple, list[dict]] = {kb: [] for kb in plan}
-    for _ in range(a.repeats):
+    for i in range(a.repeats):
+        print(f"repeat {i + 1}/{a.repeats}, {threads} thread(s)", file=sys.stderr)
         for b in BATCHES:
             for key, bb in plan:
                 if bb == b:
