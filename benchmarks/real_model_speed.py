@@ -323,7 +323,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
     groups = sorted({(r["batch"], r["threads"]) for r in rows})
     by = {(r["system"], r["batch"], r["threads"]): r for r in rows}
-    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.9 * len(groups)))
+    fig, ax = plt.subplots(figsize=(9, 2.2 + 0.9 * len(groups)))
     height = 0.8 / len(SYSTEMS)
     for i, (key, label, _) in enumerate(SYSTEMS):
         ys = [g + i * height for g in range(len(groups)) if (key, *groups[g]) in by]
@@ -333,7 +333,7 @@ def plot(rows: list[dict], path: Path) -> None:
     ax.set_yticklabels([f"batch {b}, {t} thread(s)" for b, t in groups])
     ax.invert_yaxis()
     ax.set_xlabel("decode ms per token (lower is faster)")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2)  # below: no bar hidden
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
