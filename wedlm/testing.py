@@ -38,7 +38,7 @@ def make_hf_checkpoint(out_dir: str | Path, family: str = "qwen3", seed: int = 0
                        max_shard_size: str | None = None, wedlm: bool = False,
                        mask_token_id: int | None = None, init_std: float = 0.2,
                        tokenizer: bool = False, **overrides: Any) -> Path:
-    """Write a random `family` ("qwen2" | "qwen3") checkpoint with transformers.
+    """Write a random `family` ("qwen2" | "qwen3" | "llama" | "mistral") checkpoint with transformers.
 
     Args:
         out_dir: target folder (created).
@@ -54,11 +54,12 @@ def make_hf_checkpoint(out_dir: str | Path, family: str = "qwen3", seed: int = 0
     Returns:
         The folder.
     """
-    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+    import transformers as tf
 
-    classes = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM)}
+    classes = {"qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM), "qwen3": (tf.Qwen3Config, tf.Qwen3ForCausalLM),
+               "llama": (tf.LlamaConfig, tf.LlamaForCausalLM), "mistral": (tf.MistralConfig, tf.MistralForCausalLM)}
     if family not in classes:
-        raise ValueError(f"family must be 'qwen2' or 'qwen3', got {family!r}")
+        raise ValueError(f"family must be one of {tuple(classes)}, got {family!r}")
     config_cls, model_cls = classes[family]
     fields = dict(TINY)
     fields.update(overrides)
