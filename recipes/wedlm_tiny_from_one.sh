@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A trial stage on top of the shipped weights: "Count from A to N." with small starts and any end,
 # the demo range 1..200 at its natural rate, every other task replayed (configs/tiny_wedlm_from_one.yaml,
-# 62 minutes annealed on the clock). It exports to runs/wedlm-tiny-from-one/export and evaluates
+# 88 minutes annealed on the clock). It exports to runs/wedlm-tiny-from-one/export and evaluates
 # there; models/wedlm-tiny is left alone (the trial did not reach its target: docs/training.md).
 #
 #   mkdir -p runs/wedlm-tiny-from-one && nohup bash recipes/wedlm_tiny_from_one.sh > runs/wedlm-tiny-from-one/recipe.log 2>&1 &
@@ -15,9 +15,9 @@ PY=${PYTHON:-python}
 mkdir -p "$RUN"
 source recipes/stages.sh  # stage, mix, train, export_model
 
-mix data/widen/from-one-mix.jsonl '{"seed": 34, "from_small": {"320": 5000}, "distractor": {"30": 8000},
-  "distractor2": {"50": 3000}, "carry": {"20": 6000}, "simple_forms": {"6": 8000},
-  "replay": {"count": 4000, "addsub": 12000, "listops": 10000}, "replay_demo": 0.0}'
+mix data/widen/from-one-mix.jsonl '{"seed": 34, "from_small": {"320": 14000}, "distractor": {"30": 6000},
+  "distractor2": {"50": 6000}, "carry": {"20": 6000}, "simple_forms": {"6": 6000},
+  "replay": {"count": 5000, "addsub": 12000, "listops": 10000}, "replay_demo": 0.0}'
 train configs/tiny_wedlm_from_one.yaml
 export_model "$RUN/from-one/final" "$OUT"
 # the shipped decoding defaults and tokenizer
