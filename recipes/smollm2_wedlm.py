@@ -40,24 +40,36 @@ THINGS = ["a volcano", "photosynthesis", "gravity", "a rainbow", "an atom", "a c
           "a vaccine", "electricity", "a glacier", "the internet", "a star", "an earthquake", "a battery"]
 CATEGORIES = ["fruits", "colors", "animals", "planets", "musical instruments", "sports", "vegetables",
               "programming languages", "birds", "flowers"]
+STYLES = ["for a child", "in five words", "as a haiku", "formally", "with an example", "in one line"]
 TEMPLATES = [
     ("What is the capital of {}?", COUNTRIES),
     ("Write one sentence about {}.", TOPICS),
     ("Explain {} in one sentence.", THINGS),
     ("Name three {}.", CATEGORIES),
-    ("What is {} + {}?", None),
+    ("What is {} + {}?", (range(2, 100, 3), range(1, 100, 3))),
+    ("What is {} times {}?", (range(2, 30), range(2, 30))),
     ("Give me a short tip about {}.", TOPICS),
     ("What language is spoken in {}?", COUNTRIES),
     ("Describe {} to a child.", THINGS),
+    ("Compare {} and {}.", (THINGS, THINGS)),
+    ("Write about {} {}.", (TOPICS, STYLES)),
+    ("Explain {} {}.", (THINGS, STYLES)),
+    ("What do {} and {} have in common?", (COUNTRIES, COUNTRIES)),
+    ("Which is bigger, {} or {}?", (THINGS, THINGS)),
+    ("Write a short story about {} and {}.", (TOPICS, THINGS)),
 ]
 
 
 def make_prompts(n: int, seed: int) -> list[str]:
-    """`n` distinct prompts from TEMPLATES, shuffled with `seed` (arithmetic fills the rest)."""
+    """`n` distinct prompts from TEMPLATES (3,160 in all), shuffled with `seed`.
+
+    Raises:
+        SystemExit: `n` above the number of distinct prompts.
+    """
     pool = []
     for template, fillers in TEMPLATES:
-        if fillers is None:
-            pool += [template.format(a, b) for a, b in itertools.product(range(2, 60, 3), range(1, 45, 3))]
+        if isinstance(fillers, tuple):  # two slots: every ordered pair of distinct fillers
+            pool += [template.format(a, b) for a, b in itertools.product(*fillers) if a != b]
         else:
             pool += [template.format(f) for f in fillers]
     rng = random.Random(seed)
@@ -86,12 +98,12 @@ def write_chat(path: Path, prompts: list[str], answers: list[str]) -> None:
     tmp.replace(path)
 
 
-def measure(model_dir: Path, held_out: list[dict], max_tokens: int, device: str) -> dict:
+def measure(model_dir: Path, held_out: list[dict], max_tokens: int, device: str, engine: dict) -> dict:
     """Tokens per forward of `wedlm` and `verified` on the held-out prompts and the share of
     `wedlm` answers equal to the AR answer (greedy; `verified` is lossless, so it always is)."""
     from wedlm import LLM, SamplingParams
 
-    llm = LLM(str(model_dir), device=device, dtype="float32", **ENGINE)
+    llm = LLM(str(model_dir), device=device, dtype="float32", **engine)
     prompts = [r["messages"][0]["content"] for r in held_out]
     ids = [llm.tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
                                              tokenize=True, return_dict=True)["input_ids"] for p in prompts]
@@ -118,8 +130,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=1e-4, help="peak SFT learning rate (cosine to lr/10)")
     parser.add_argument("--max-tokens", type=int, default=64, help="answer length limit")
     parser.add_argument("--device", default="cpu", help="engine device (training picks CUDA when present)")
+    parser.add_argument("--micro-batch", type=int, default=2, help="SFT rows of 256 tokens per micro-batch (2 per step)")
+    parser.add_argument("--max-num-seqs", type=int, default=ENGINE["max_num_seqs"],
+                        help="answers decoded at once (the KV cache grows with it)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    engine = {**ENGINE, "max_num_seqs": args.max_num_seqs}
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
     from fetch_smollm2 import FOLDER_NAME, default_dir
@@ -137,20 +153,20 @@ def main(argv: list[str] | None = None) -> int:
     train_file, held_file = out / "data" / "train.jsonl", out / "data" / "held_out.jsonl"
     if not held_file.is_file():
         prompts = make_prompts(args.prompts + args.held_out, args.seed)
-        llm = LLM(str(init), device=args.device, dtype="float32", **ENGINE)
+        llm = LLM(str(init), device=args.device, dtype="float32", **engine)
         answers = answer(llm, prompts, args.max_tokens)
         write_chat(train_file, prompts[:args.prompts], answers[:args.prompts])
         write_chat(held_file, prompts[args.prompts:], answers[args.prompts:])
         del llm
     held_out = [json.loads(line) for line in held_file.read_text().splitlines()]
-    before = measure(init, held_out, args.max_tokens, args.device)
+    before = measure(init, held_out, args.max_tokens, args.device, engine)
     cfg = TrainConfig(stage="wedlm", data=str(train_file), data_format="chat", tokenizer=str(init), init=str(init),
-                      out_dir=str(out / "sft"), seq_len=256, micro_batch=2, grad_accum=2, block_size=16,
+                      out_dir=str(out / "sft"), seq_len=256, micro_batch=args.micro_batch, grad_accum=2, block_size=16,
                       lr=args.lr, min_lr=args.lr / 10, warmup_steps=max(1, args.steps // 10), max_steps=args.steps,
                       save_every=args.steps, log_every=max(1, args.steps // 10), seed=args.seed, attention="chunked",
                       chunk=256)
     final = train(cfg)
-    after = measure(final, held_out, args.max_tokens, args.device)
+    after = measure(final, held_out, args.max_tokens, args.device, engine)
     results = {"model": str(args.model or FOLDER_NAME), "prompts": args.prompts, "held_out": len(held_out),
                "steps": args.steps, "max_tokens": args.max_tokens, "before": before, "after": after}
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")

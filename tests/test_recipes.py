@@ -4,6 +4,7 @@ learning-rate sweep's arms and report."""
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -330,3 +331,29 @@ def test_lr_sweep_arms_parse_and_loss_windows(tmp_path):
     assert (s["steps"], s["tokens"], s["end"]) == (80, 400_000, 7.0)  # logged at 300k..400k
     assert s["tok_s"] == (400_000 - 150_000) / (480 - 180)  # slope from the first row past 120 s
     assert s["at"][:3] == [5.0, 8.0, None] and "| a | 0.0005 | 5.000 | 8.000 | - |" in markdown([s])
+
+
+def test_smollm2_prompts_are_distinct_seeded_and_bounded():
+    from recipes.smollm2_wedlm import make_prompts
+
+    prompts = make_prompts(3160, seed=0)
+    assert len(set(prompts)) == 3160  # the GPU script asks for 3,000 + 128 held out
+    assert make_prompts(5, seed=0) == prompts[:5] and make_prompts(5, seed=1) != prompts[:5]
+    assert "Compare a volcano and a volcano." not in prompts  # pairs of distinct fillers only
+    with pytest.raises(SystemExit, match="at most 3160 distinct prompts"):
+        make_prompts(3161, seed=0)
+
+
+def test_the_gpu_recipe_script_refuses_a_machine_without_cuda(tmp_path):
+    import subprocess
+    import sys
+
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA machine runs the recipe instead of refusing")
+    script = Path(__file__).resolve().parents[1] / "scripts" / "gpu_smollm2_wedlm.sh"
+    run = subprocess.run(["bash", str(script), str(tmp_path / "out")], capture_output=True,
+                         text=True, env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"})
+    assert run.returncode == 2 and "no CUDA device" in run.stderr
+    assert not (tmp_path / "out").exists()
