@@ -36,6 +36,9 @@ _CONTROLS = {
     "logprobs": (f"an integer in [0, {MAX_LOGPROBS}] or None",
                  lambda v: v is None or (_integer(v) and 0 <= v <= MAX_LOGPROBS),
                  lambda v: None if v is None else int(v)),
+    "top_logprobs": (f"an integer in [0, {MAX_LOGPROBS}] or None",
+                     lambda v: v is None or (_integer(v) and 0 <= v <= MAX_LOGPROBS),
+                     lambda v: None if v is None else int(v)),
     "prompt_logprobs": (f"an integer in [0, {MAX_LOGPROBS}] or None",
                         lambda v: v is None or (_integer(v) and 0 <= v <= MAX_LOGPROBS),
                         lambda v: None if v is None else int(v)),
@@ -47,8 +50,8 @@ def check_control(name: str, value):
     """`value` of the control `name` (one of CONTROL_NAMES), checked and normalised.
 
     Returns:
-        float for the penalties and min_p, int for min_tokens, int or None for logprobs and
-        prompt_logprobs, {int token id: float bias} for logit_bias (`check_logit_bias`).
+        float for the penalties and min_p, int for min_tokens, int or None for logprobs,
+        top_logprobs (the chat API's name of the same count) and prompt_logprobs, {int token id: float bias} for logit_bias (`check_logit_bias`).
 
     Raises:
         RequestError (a ValueError): `param` is `name`; the message is "NAME must be LIMIT, got VALUE".
