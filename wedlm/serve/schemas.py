@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from ..engine.controls import check_control
 from ..engine.defaults import DECODERS, DEFAULTS, check_knob
@@ -223,11 +223,12 @@ class ChatCompletionRequest(SamplingFields):
     def _top_logprobs(cls, value: Any) -> Any:
         return check_control("top_logprobs", value)
 
-    @model_validator(mode="after")
-    def _top_logprobs_need_logprobs(self) -> ChatCompletionRequest:
-        if self.top_logprobs and not self.logprobs:
+    @field_validator("top_logprobs")
+    @classmethod
+    def _top_logprobs_need_logprobs(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value and not info.data.get("logprobs"):
             raise ValueError("top_logprobs needs logprobs: true")
-        return self
+        return value
 
     def logprob_kwargs(self) -> dict[str, Any]:
         """`logprobs: true` gives every generated token's logprob and `top_logprobs` alternatives."""
