@@ -121,6 +121,9 @@ def test_chat_stream_logprobs_equal_non_stream(url, decoding):
         text += piece
     assert text == full["message"]["content"]
     assert streamed == full["logprobs"]["content"]
+    source = "ar_head" if decoding == "ar" else "mask_slot"
+    assert full["logprobs"]["distribution"] == source
+    assert {c["choices"][0]["logprobs"]["distribution"] for c in chunks if c["choices"][0]["logprobs"]} == {source}
 
 
 def test_completions_legacy_logprobs_with_echo(url, library):
@@ -153,4 +156,5 @@ def test_completions_legacy_logprobs_with_echo(url, library):
             assert "".join(part["logprobs"]["tokens"]) == part["text"]
             for key in merged:
                 merged[key] += part["logprobs"][key]
-    assert text == choice["text"] and merged == lp
+    assert text == choice["text"] and merged == {key: lp[key] for key in merged}
+    assert lp["distribution"] == "ar_head"

@@ -137,9 +137,9 @@ class Server:
                 state.text = echo[i // per_prompt] + state.text
         logprobs = None
         if lp.wanted(req):
-            logprobs = [lp.choice_logprobs(env.chat, state, self.token_strings,
-                                           choice.prompt_ids if echo else None)
-                        for state, choice in zip(states, group.choices)]
+            source = lp.distribution(self.llm, req)
+            logprobs = [{**lp.choice_logprobs(env.chat, state, self.token_strings, choice.prompt_ids if echo else None),
+                         "distribution": source} for state, choice in zip(states, group.choices)]
         return JSONResponse(protocol.full_response(env, states, protocol.usage(lengths, states), logprobs))
 
     async def events(self, group: RequestGroup, env: protocol.Envelope, req: SamplingFields,
@@ -148,7 +148,7 @@ class Server:
         states = [protocol.ChoiceState() for _ in group.choices]
         with_usage = req.include_usage()
         lengths = [len(choice.prompt_ids) for choice in group.choices[::req.n]]
-        logprobs, stops = lp.wanted(req), lp.stop_ids(self.llm, req)
+        logprobs, stops, source = lp.wanted(req), lp.stop_ids(self.llm, req), lp.distribution(self.llm, req)
         held: set[int] = set()  # echo chunks that wait for their prompt logprobs (the first delta)
         try:
             for choice in group.choices:
@@ -169,12 +169,15 @@ class Server:
                 states[index].add(delta, stops)
                 if index in held:
                     held.discard(index)
-                    body = lp.echo_logprobs(states[index], group.choices[index].prompt_ids, self.token_strings)
+                    body = {**lp.echo_logprobs(states[index], group.choices[index].prompt_ids, self.token_strings),
+                            "distribution": "ar_head"}  # prompt logprobs: one teacher-forced forward
                     yield protocol.sse(protocol.chunk(
                         env, [protocol.stream_choice(env, index, text=echo[index // req.n], logprobs=body)],
                         with_usage))
                 tokens_lp = (lp.delta_logprobs(env.chat, states[index], delta, self.token_strings, stops)
                              if logprobs else None)
+                if tokens_lp is not None:
+                    tokens_lp["distribution"] = source
                 for event in self.delta_events(env, index, delta, req, with_usage, tokens_lp):
                     yield event
             else:

@@ -112,6 +112,13 @@ def stop_ids(llm: Any, req: Any) -> frozenset[int]:
     return model | frozenset(req.stop_token_ids or ())
 
 
+def distribution(llm: Any, req: Any) -> str:
+    """Which distribution the generated tokens' logprobs are of: "ar_head" (`ar`, `verified`) or
+    "mask_slot" (`wedlm`, `blockwise`), for the request's decoder (else the model's default)."""
+    decoding = req.decoding or getattr(getattr(llm, "engine", None), "model_defaults", {}).get("decoding", "wedlm")
+    return "ar_head" if decoding in ("ar", "verified") else "mask_slot"
+
+
 def wanted(req: Any) -> bool:
     """Whether the request asked for logprobs (chat: `logprobs: true`; completions: `logprobs: k`)."""
     if hasattr(req, "messages"):
