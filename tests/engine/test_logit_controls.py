@@ -144,3 +144,26 @@ def test_logit_bias_outside_the_vocabulary_is_refused(llm, prompt):
         llm.add_request(list(prompt), SamplingParams(logit_bias={4096: 1.0}))
     assert err.value.param == "logit_bias" and "4096" in str(err.value)
     assert not llm.has_unfinished()
+
+
+def test_each_row_counts_the_committed_output_and_the_fills_to_its_left():
+    from wedlm.engine.logits_processors import apply_controls
+    from wedlm.engine.request import Sequence
+
+    params = SamplingParams(min_tokens=4, repetition_penalty=2.0, frequency_penalty=0.5, presence_penalty=0.25,
+                            logit_bias={3: 2.0})
+    seq = Sequence("r", [1, 2, 5], prompt_len=2, params=params, max_len=20, window_size=4, stop_ids=frozenset({0}))
+    seq.window = [6, None, 6, 7]  # committed output [5]; fills at slots 0, 2, 3
+    out = apply_controls(seq, torch.ones(4, 9), [1, 3, 4, 0])
+    assert apply_controls(seq, torch.ones(0, 9), []).shape == (0, 9)
+    prompt_only, plain = 0.5, 1.0  # 1 / 2 for tokens seen only in the prompt
+    once = 0.5 - 0.5 - 0.25  # repetition, then one occurrence's frequency and presence
+    twice = 0.5 - 1.0 - 0.25
+    expected = torch.tensor([
+        # token 0 is the stop id: -inf while fewer than min_tokens=4 tokens come before the row's
+        [float("-inf"), prompt_only, prompt_only, 3.0, plain, once, once, plain, plain],  # offset 1: 5, 6
+        [plain, prompt_only, prompt_only, 3.0, plain, once, twice, plain, plain],  # offset 3: 5, 6, 6; 4 before it
+        [plain, prompt_only, prompt_only, 3.0, plain, once, twice, once, plain],  # offset 4: 5, 6, 6, 7
+        [float("-inf"), prompt_only, prompt_only, 3.0, plain, once, plain, plain, plain],  # offset 0: 5 only
+    ])
+    assert torch.equal(out, expected)

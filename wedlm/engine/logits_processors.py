@@ -78,7 +78,8 @@ def apply_controls(seq: Sequence, logits: torch.Tensor, offsets: list[int]) -> t
 
 def _suppress_stops(seq: Sequence, out: torch.Tensor, offsets: list[int]) -> None:
     """-inf for the stop ids in rows predicting a generated position before min_tokens."""
-    early = torch.tensor([seq.num_generated + o < seq.params.min_tokens for o in offsets], device=out.device)
+    early = torch.tensor([seq.num_generated + o < seq.params.min_tokens for o in offsets], dtype=torch.bool,
+                         device=out.device)
     stops = torch.tensor(sorted(seq.stop_ids), dtype=torch.int64, device=out.device)
     out[early[:, None] & torch.zeros_like(out, dtype=torch.bool).index_fill_(1, stops, True)] = float("-inf")
 
