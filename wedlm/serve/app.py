@@ -62,7 +62,7 @@ class Server:
         self.engine = EngineLoop(llm, on_finished=lambda delta: self.metrics.observe_finished(delta))
         self.metrics = ServerMetrics(lambda: self.engine.snapshot)
         self.prompts = PromptBuilder(private_tokenizer(llm.tokenizer), llm.max_model_len)
-        self.token_strings = lp.TokenStrings(self.prompts.tokenizer)
+        self.token_strings = lp.TokenStrings(private_tokenizer(llm.tokenizer))  # its own: read on the event loop
         self.prompting = prompting(llm)
 
     # ----- request handling -----
