@@ -60,8 +60,8 @@ CASES = [
     ("boolean n", CHAT, chat(n=True), "n"),
     ("boolean stop token id", COMPLETIONS, completion(stop_token_ids=[True]), "stop_token_ids"),
     ("too many stop strings", CHAT, chat(stop=["a", "b", "c", "d", "e"]), "stop"),
-    ("logprobs unsupported", COMPLETIONS, completion(logprobs=2), "logprobs"),
-    ("chat logprobs unsupported", CHAT, chat(logprobs=True), "logprobs"),
+    ("logprobs above 20", COMPLETIONS, completion(logprobs=21), "logprobs"),
+    ("top_logprobs without logprobs", CHAT, chat(top_logprobs=2), "top_logprobs"),
 ]
 
 

@@ -32,6 +32,7 @@ EXAMPLES = """examples:
   wedlm generate --chat "Count from 1 to 20." --temperature 0
   wedlm generate --chat "What is 47 + 38?" --decoding verified --json
   echo "Reverse the list: Mia, Ben, Sam." | wedlm generate - --chat --threshold 0.6 --window-size 8
+  wedlm generate --chat "What is 47 + 38?" --temperature 0 --logprobs 2
 """
 EMPTY_HINT = ("[no output: this model answers chat-formatted prompts; add --chat to wrap the prompt "
               "in its chat template]")
@@ -54,7 +55,10 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--raw", dest="chat", action="store_false", help="the same as --no-chat")
     parser.add_argument("--system", default=None, help="system message (with --chat)")
     parser.add_argument("--json", action="store_true",
-                        help="print one JSON object: text, token_ids, finish_reason and stats")
+                        help="print one JSON object: text, token_ids, finish_reason and stats (and logprobs)")
+    parser.add_argument("--logprobs", type=int, default=None, metavar="K",
+                        help="K in [0, 20]: print each generated token's log-probability and its K most likely "
+                             "alternatives (on stderr after the text; in the object with --json)")
     add_engine_args(parser)
     add_sampling_args(parser)
     parser.set_defaults(func=run)
@@ -111,25 +115,41 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_json(llm: Any, prompt: Any, params: Any) -> dict:
-    """`--json`: one object with text, token_ids, finish_reason and stats; returns the result."""
+    """`--json`: one object with text, token_ids, finish_reason and stats (and `logprobs`: per token
+    {"token_id", "logprob", "top": [[id, logprob], ...]}); returns the result."""
     result = llm.generate([prompt], params)[0]
     out = {key: result.get(key) for key in ("text", "token_ids", "finish_reason", "stats")}
+    if "logprobs" in result:
+        out["logprobs"] = [lp.to_dict() for lp in result["logprobs"]]
     print(json.dumps(out, ensure_ascii=False))
     return result
+
+
+def print_logprobs(tokenizer: Any, logprobs: list) -> None:
+    """One stderr line per generated token: its text, log-probability and the top alternatives."""
+    def show(token_id: int) -> str:
+        return repr(tokenizer.decode([token_id])) if tokenizer is not None else str(token_id)
+
+    for lp in logprobs:
+        top = ", ".join(f"{show(t)} {v:.4f}" for t, v in lp.top)
+        print(f"{show(lp.token_id)}\t{lp.logprob:.4f}" + (f"\ttop: {top}" if top else ""), file=sys.stderr)
 
 
 def print_stream(llm: Any, prompt: Any, params: Any) -> dict:
     """Print committed text as the engine yields it; stats go to stderr. Returns
     {"text", "finish_reason"} of the answer."""
     started = time.perf_counter()
-    stats, text, finish = None, "", None
+    stats, text, finish, logprobs = None, "", None, []
     for delta in llm.generate_stream([prompt], params):
         sys.stdout.write(delta["new_text"])
         sys.stdout.flush()
         text += delta["new_text"]
+        logprobs += delta["logprobs"] or []
         if delta["finished"]:
             stats, finish = delta["stats"], delta["finish_reason"]
     sys.stdout.write("\n")
     sys.stdout.flush()
+    if params.logprobs is not None:
+        print_logprobs(llm.tokenizer, logprobs)
     print(f"[{format_stats(stats, time.perf_counter() - started)}]", file=sys.stderr)
     return {"text": text, "finish_reason": finish}

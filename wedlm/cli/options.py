@@ -202,6 +202,41 @@ def add_sampling_args(parser: argparse.ArgumentParser) -> None:
                        help="stop string (repeatable); the text ends before it")
     group.add_argument("--seed", type=int, default=None, help="per-request sampling seed")
     group.add_argument("--ignore-eos", action="store_true", help="keep generating past the model's stop tokens")
+    group.add_argument("--stop-token-id", dest="stop_token_ids", type=int, action="append", default=None,
+                       metavar="ID", help="extra stop token id (repeatable), on top of the model's")
+    group.add_argument("--logit-bias", default=None, metavar="ID:BIAS,...",
+                       help="add BIAS in [-100, 100] to token ID's logit (-100 bans it, 100 forces it), e.g. 21:-100,7:2.5")
+    group.add_argument("--repetition-penalty", type=float, default=None, metavar="R",
+                       help="> 0, 1 = off: divide positive / multiply negative logits of tokens in the prompt "
+                            "or generated so far")
+    group.add_argument("--presence-penalty", type=float, default=None, metavar="P",
+                       help="in [-2, 2]: subtract P from the logit of every token generated so far")
+    group.add_argument("--frequency-penalty", type=float, default=None, metavar="F",
+                       help="in [-2, 2]: subtract F times its count from each generated token's logit")
+    group.add_argument("--min-p", type=float, default=None, help="in [0, 1]: sampling drops tokens less likely "
+                                                                 "than min-p times the most likely one")
+    group.add_argument("--min-tokens", type=int, default=None, metavar="N",
+                       help="the stop tokens cannot end the answer before N tokens")
+
+
+def parse_logit_bias(text: str | None) -> dict[str, float] | None:
+    """`--logit-bias "ID:BIAS,..."` as {ID: BIAS} (ranges are checked by `SamplingParams`).
+
+    Raises:
+        ValueError: naming the option, for text that is not comma-separated ID:BIAS pairs.
+    """
+    if text is None:
+        return None
+    out: dict[str, float] = {}
+    for pair in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = pair.partition(":")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise ValueError(f"--logit-bias must be ID:BIAS pairs separated by commas (e.g. 21:-100), got {pair!r}")
+    return out
 
 
 # argparse dest -> the WeDLM knob it sets (single values, or the sweep lists of `wedlm bench`)
@@ -295,7 +330,10 @@ def sampling_params_from_args(args: argparse.Namespace) -> Any:
               "wedlm_pos_penalty_factor": args.penalty, "temperature": args.temperature,
               "top_p": args.top_p, "top_k": args.top_k, "max_tokens": default_max_tokens(args),
               "stop": args.stop, "seed": args.seed, "wedlm_stop_by_ar": args.stop_by_ar,
-              "wedlm_stop_in_run": args.stop_in_run}
+              "wedlm_stop_in_run": args.stop_in_run, "stop_token_ids": args.stop_token_ids,
+              "logit_bias": parse_logit_bias(args.logit_bias), "repetition_penalty": args.repetition_penalty,
+              "presence_penalty": args.presence_penalty, "frequency_penalty": args.frequency_penalty,
+              "min_p": args.min_p, "min_tokens": args.min_tokens, "logprobs": getattr(args, "logprobs", None)}
     kwargs = {k: v for k, v in fields.items() if v is not None}
     if args.ignore_eos:
         kwargs["ignore_eos"] = True

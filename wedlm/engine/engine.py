@@ -37,7 +37,9 @@ from .decoders import DECODER_CLASSES, Decoder, WindowPlan
 from .defaults import model_decoding_defaults
 from .errors import RequestError
 from .intake import check_fits, encode_prompt, new_sequence, resolve_params
-from .outputs import StreamDelta
+from .logits_processors import apply_controls
+from .logprobs import prompt_logprobs, record, take
+from .outputs import StreamDelta, TokenLogprob
 from .parallel.build import load_engine_model, make_engine_runner
 from .request import Sequence
 from .runner import EngineDeadError, ForwardItem, ForwardOutput, ModelRunner
@@ -113,6 +115,9 @@ class Engine:
         window = params.wedlm_window_size or self.window_size
         self._check(ids, params, window)
         seq = new_sequence(request_id, ids, params, window, self.stop_ids, self.tokenizer, stream)
+        if params.prompt_logprobs is not None:
+            seq.prompt_logprobs = prompt_logprobs(self.model, ids, params.prompt_logprobs, self.mask_token_id,
+                                                  getattr(self.runner, "autocast", None))
         if not params.greedy:
             seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
             seq.generator = make_generator(seed, self.runner.device)
@@ -135,6 +140,13 @@ class Engine:
             raise RequestError("max_tokens", f"request needs up to {need} KV blocks (prompt {n} + max_tokens "
                                              f"{params.max_tokens}); the cache has "
                                              f"num_kv_blocks={self.block_manager.num_blocks}")
+        vocab = self.model.config.vocab_size
+        bad = [t for t in params.logit_bias or {} if t >= vocab]
+        if bad:
+            raise RequestError("logit_bias", f"logit_bias token ids must be < vocab_size={vocab}, got {bad[0]}")
+        if params.prompt_logprobs is not None and self.config.tensor_parallel_size > 1:
+            raise RequestError("prompt_logprobs", "prompt_logprobs needs the whole model in this process; "
+                                                  "run with tensor_parallel_size=1")
 
     def abort(self, request_id: str) -> StreamDelta | None:
         """Stop a request and free its blocks.
@@ -149,7 +161,7 @@ class Engine:
         if seq is None:
             return None
         self.scheduler.finish(seq)
-        return final_delta(seq, [], "abort", self.tokenizer)
+        return _with_logprobs(seq, final_delta(seq, [], "abort", self.tokenizer), [])
 
     def has_unfinished(self) -> bool:
         return bool(self.seqs)
@@ -212,9 +224,7 @@ class Engine:
         if seq.first_forward_end is None:
             seq.first_forward_end = now
         try:
-            step = self.decoders[seq.params.decoding].update(seq, plan, result.logits, result.argmax,
-                                                             result.scores)
-            new_ids, reason = commit_tokens(seq, step.committed, step.num_valid)
+            new_ids, reason, logprobs = self._decode(seq, plan, result)
         except Exception as err:
             return self._fail(seq, f"decoder failed: {err}")
         stats.commits.append(len(new_ids))
@@ -225,17 +235,34 @@ class Engine:
             self.seqs.pop(seq.request_id, None)
             self.scheduler.finish(seq)
             stats.decode_time_s = now - seq.first_forward_end
-            return final_delta(seq, new_ids, reason, self.tokenizer)
+            return _with_logprobs(seq, final_delta(seq, new_ids, reason, self.tokenizer), logprobs)
         self.block_manager.register_full_blocks(seq)
         seq.step_index += 1
-        return progress_delta(seq, new_ids) if new_ids else None
+        return _with_logprobs(seq, progress_delta(seq, new_ids), logprobs) if new_ids else None
+
+    def _decode(self, seq: Sequence, plan: WindowPlan,
+                result: ForwardOutput) -> tuple[list[int], str | None, list[TokenLogprob] | None]:
+        """The decoder's update on the (controlled) logits, then the commit: (new ids, finish reason,
+        their logprobs when asked for)."""
+        params, decoder = seq.params, self.decoders[seq.params.decoding]
+        logits, argmax, scores = result.logits, result.argmax, result.scores
+        offsets = decoder.row_offsets(seq, plan) if params.has_logit_controls or params.logprobs is not None else []
+        if params.has_logit_controls:
+            logits = apply_controls(seq, logits, offsets)
+            argmax, scores = logits.argmax(-1).tolist(), None  # the batch-wide softmax is of the raw logits
+        before, base = list(seq.window), len(seq.tokens)
+        step = decoder.update(seq, plan, logits, argmax, scores)
+        if params.logprobs is not None:
+            record(seq, decoder.logprob_rows, logits, offsets, before, base, step.committed)
+        new_ids, reason = commit_tokens(seq, step.committed, step.num_valid)
+        return new_ids, reason, take(seq, base, len(new_ids)) if params.logprobs is not None else None
 
     def _fail(self, seq: Sequence, message: str) -> StreamDelta:
         """End a request whose forward or decoder failed: finish_reason "abort", `error` set."""
         seq.error = message
         self.seqs.pop(seq.request_id, None)
         self.scheduler.finish(seq)
-        return final_delta(seq, [], "abort", self.tokenizer)
+        return _with_logprobs(seq, final_delta(seq, [], "abort", self.tokenizer), [])
 
     def close(self) -> None:
         """Stop the tensor-parallel workers, if any (idempotent; also done when collected)."""
@@ -254,3 +281,12 @@ class Engine:
             "prefix_cache_hit_tokens": bm.hit_tokens,
             "prefix_cache_queries": bm.query_tokens,
         }
+
+
+def _with_logprobs(seq: Sequence, delta: StreamDelta, logprobs: list[TokenLogprob] | None) -> StreamDelta:
+    """`delta` carrying its tokens' logprobs (requests that asked), and the prompt's on the first delta."""
+    if seq.params.logprobs is not None:
+        delta.logprobs = logprobs if logprobs is not None else []
+    if seq.prompt_logprobs is not None:
+        delta.prompt_logprobs, seq.prompt_logprobs = seq.prompt_logprobs, None
+    return delta

@@ -141,7 +141,8 @@ class LLM:
 
         Returns:
             one dict per prompt: {"text", "token_ids", "finish_reason", "stats"}
-            ("error" too when a request failed).
+            ("error" too when a request failed; "logprobs", a `TokenLogprob` per token id,
+            with `SamplingParams.logprobs`; "prompt_logprobs" with `prompt_logprobs`).
         """
         prompts, params = self._normalise(prompts, sampling_params)
         ids = self._add_all(prompts, params, stream=False)
@@ -156,6 +157,10 @@ class LLM:
                 res = results[i]
                 res["token_ids"].extend(delta.new_token_ids)
                 res["text"] += delta.new_text
+                if delta.logprobs is not None:
+                    res.setdefault("logprobs", []).extend(delta.logprobs)
+                if delta.prompt_logprobs is not None:
+                    res["prompt_logprobs"] = delta.prompt_logprobs
                 if delta.finished:
                     res["finish_reason"], res["stats"] = delta.finish_reason, delta.stats
                     if delta.error:
@@ -172,7 +177,8 @@ class LLM:
         """Yield increments as tokens are committed.
 
         Each item: {"index", "request_id", "new_token_ids", "new_text", "finished",
-        "finish_reason", "step_index", "stats"}. Closing the generator aborts
+        "finish_reason", "step_index", "stats", "logprobs", "prompt_logprobs"} (the last two
+        as in `StreamDelta`). Closing the generator aborts
         the unfinished requests.
         """
         prompts, params = self._normalise(prompts, sampling_params)
@@ -189,7 +195,8 @@ class LLM:
                     yield {"index": index[d.request_id], "request_id": d.request_id,
                            "new_token_ids": d.new_token_ids, "new_text": d.new_text,
                            "finished": d.finished, "finish_reason": d.finish_reason,
-                           "step_index": d.step_index, "stats": d.stats}
+                           "step_index": d.step_index, "stats": d.stats, "logprobs": d.logprobs,
+                           "prompt_logprobs": d.prompt_logprobs}
         finally:
             for rid in open_ids:
                 self.engine.abort(rid)

@@ -11,6 +11,25 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """One token's log-probability (nats) and the most likely alternatives of its distribution.
+
+    Attributes:
+        token_id: the token.
+        logprob: log p(token_id), float.
+        top: up to k (token id, logprob) pairs, most likely first (k = the request's
+            `logprobs` / `prompt_logprobs`; the token itself appears when it is among them).
+    """
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"token_id": self.token_id, "logprob": self.logprob, "top": [list(p) for p in self.top]}
+
+
 @dataclass
 class StreamDelta:
     """What one engine step produced for one request.
@@ -26,6 +45,10 @@ class StreamDelta:
         step_index: the request's decode step number (0 = first forward).
         stats: `RequestStats.to_dict()` when finished, else None.
         error: message when the request failed, else None.
+        logprobs: with `SamplingParams.logprobs`, one `TokenLogprob` per new token, aligned
+            with `new_token_ids`; else None.
+        prompt_logprobs: with `SamplingParams.prompt_logprobs`, on the request's first delta:
+            None for the first prompt token, then one `TokenLogprob` per prompt token.
     """
 
     request_id: str
@@ -36,6 +59,8 @@ class StreamDelta:
     step_index: int
     stats: dict | None = None
     error: str | None = None
+    logprobs: list[TokenLogprob] | None = None
+    prompt_logprobs: list[TokenLogprob | None] | None = None
 
 
 @dataclass

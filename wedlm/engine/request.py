@@ -67,6 +67,10 @@ class Sequence:
     arrival_time: float = field(default_factory=time.perf_counter)
     first_forward_end: float | None = None
     stats: RequestStats = field(default_factory=RequestStats)
+    # logprobs (`logprobs.py`): of filled or drafted positions not yet committed, by position;
+    # the prompt's, until the first delta carries them
+    pending_logprobs: dict[int, Any] = field(default_factory=dict)
+    prompt_logprobs: list | None = None
 
     @property
     def output_ids(self) -> list[int]:

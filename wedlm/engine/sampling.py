@@ -24,7 +24,8 @@ def make_generator(seed: int, device: torch.device | str) -> torch.Generator:
 
 
 def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """float32 probs [n, V] from logits [n, V] under the request's temperature/top-k/top-p.
+    """float32 probs [n, V] from logits [n, V] under the request's temperature/top-k/top-p/min-p
+    (applied in that order).
 
     Greedy requests (temperature 0 or top_p 0) get plain softmax(logits).
     """
@@ -41,7 +42,16 @@ def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     probs = torch.softmax(logits, dim=-1)
     if params.top_p < 1.0:
         probs = _top_p(probs, params.top_p)
+    if params.min_p > 0:
+        probs = _min_p(probs, params.min_p)
     return probs
+
+
+def _min_p(probs: torch.Tensor, min_p: float) -> torch.Tensor:
+    """Drop tokens less likely than min_p times the row's most likely one; renormalise."""
+    floor = min_p * probs.max(dim=-1, keepdim=True).values
+    kept = probs.masked_fill(probs < floor, 0.0)
+    return kept / kept.sum(dim=-1, keepdim=True)
 
 
 def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:

@@ -18,6 +18,7 @@ import math
 import numbers
 from dataclasses import dataclass, field
 
+from .controls import check_control
 from .defaults import DECODERS, DEFAULTS, FALLBACKS, check_knob
 from .errors import RequestError
 
@@ -78,6 +79,27 @@ class SamplingParams:
             "wedlm" for a model with a [MASK] token, "ar" for a plain AR model.
         wedlm_window_size: per-request window W (>= 1); None = the engine's.
         seed: per-request RNG seed; the same seed gives the same output.
+        logit_bias: {token id: bias in [-100, 100]} added to those logits (OpenAI).
+        presence_penalty, frequency_penalty: in [-2, 2]; subtract presence_penalty
+            from the logit of every token generated so far and frequency_penalty
+            times its count (OpenAI).
+        repetition_penalty: > 0, 1 = off; the logit of every token in the prompt or
+            generated so far is divided by it when positive, multiplied when negative
+            (transformers / vLLM).
+        min_p: in [0, 1]; sampled requests drop tokens whose probability is below
+            min_p times the most likely one's (0 = off; greedy requests unaffected).
+        min_tokens: the stop ids cannot be chosen before this many tokens (>= 0,
+            <= max_tokens); stop strings still apply.
+        logprobs: None = off; k in [0, 20] returns each generated token's log-probability
+            and the k most likely alternatives (`TokenLogprob`; which distribution:
+            `logprobs.py`).
+        prompt_logprobs: None = off; k in [0, 20] returns the log-probability of every
+            prompt token after the first, from one teacher-forced forward, with k alternatives.
+
+    The logit controls (logit_bias, the three penalties, min_tokens) act on every
+    logits row a decoder samples or fills from, before entropy, argmax and sampling,
+    in that order (`logits_processors.py`); tokens "generated so far" for a window slot
+    are the committed output plus the window's filled slots to its left.
 
     Names: each WeDLM knob has one name, the official `wedlm` package's, used by
     this class, `LLM(wedlm_window_size=...)`, generation_config.json and the
@@ -108,6 +130,14 @@ class SamplingParams:
     decoding: str | _ModelDefault = MODEL_DEFAULT
     wedlm_window_size: int | None = None
     seed: int | None = None
+    logit_bias: dict[int, float] | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    min_p: float = 0.0
+    min_tokens: int = 0
+    logprobs: int | None = None
+    prompt_logprobs: int | None = None
     stop_strings: list[str] = field(init=False, repr=False, default_factory=list)
 
     def __post_init__(self) -> None:
@@ -143,11 +173,23 @@ class SamplingParams:
         _check(all(_is_int(i) and i >= 0 for i in ids), "stop_token_ids",
                f"stop_token_ids must be non-negative integers, got {self.stop_token_ids!r}")
         self.stop_token_ids = [int(i) for i in ids]
+        for name in ("presence_penalty", "frequency_penalty", "repetition_penalty", "min_p", "min_tokens",
+                     "logprobs", "prompt_logprobs"):
+            setattr(self, name, check_control(name, getattr(self, name)))
+        self.logit_bias = check_control("logit_bias", self.logit_bias) or None
+        _check(self.min_tokens <= self.max_tokens, "min_tokens",
+               f"min_tokens must be <= max_tokens ({self.max_tokens}), got {self.min_tokens}")
 
     @property
     def greedy(self) -> bool:
         """Temperature 0, or top_p 0 (a nucleus of the single most likely token)."""
         return self.temperature == 0 or self.top_p == 0
+
+    @property
+    def has_logit_controls(self) -> bool:
+        """Any of logit_bias, the penalties or min_tokens is set (the logits need processing)."""
+        return bool(self.logit_bias or self.presence_penalty or self.frequency_penalty
+                    or self.repetition_penalty != 1.0 or self.min_tokens)
 
     def resolve(self, model_defaults: dict | None = None) -> SamplingParams:
         """A copy with every MODEL_DEFAULT replaced (model's generation_config first, then `defaults.py`)."""

@@ -36,6 +36,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..engine.defaults import DECODERS, DEFAULTS, model_prompt_defaults
+from . import logprobs as lp
 from . import protocol
 from .engine_loop import EngineLoop
 from .errors import APIError, bad_request, error_body, server_error
@@ -61,6 +62,7 @@ class Server:
         self.engine = EngineLoop(llm, on_finished=lambda delta: self.metrics.observe_finished(delta))
         self.metrics = ServerMetrics(lambda: self.engine.snapshot)
         self.prompts = PromptBuilder(private_tokenizer(llm.tokenizer), llm.max_model_len)
+        self.token_strings = lp.TokenStrings(private_tokenizer(llm.tokenizer))  # its own: read on the event loop
         self.prompting = prompting(llm)
 
     # ----- request handling -----
@@ -87,7 +89,7 @@ class Server:
         if req.stream:
             self.metrics.observe_request(endpoint, 200)
             return EngineStream(self.events(group, env, req, echo), group)
-        response = await self.collect(request, group, env, lengths, echo)
+        response = await self.collect(request, group, env, req, lengths, echo)
         self.metrics.observe_request(endpoint, response.status_code)
         return response
 
@@ -112,17 +114,18 @@ class Server:
             raise
         return group
 
-    async def collect(self, request: Request, group: RequestGroup, env: protocol.Envelope,
+    async def collect(self, request: Request, group: RequestGroup, env: protocol.Envelope, req: SamplingFields,
                       lengths: list[int], echo: list[str] | None) -> JSONResponse:
         """Wait for every choice; abort them if the client goes away meanwhile."""
         states = [protocol.ChoiceState() for _ in group.choices]
         watcher = asyncio.create_task(abort_on_disconnect(request, group))
+        stops = lp.stop_ids(self.llm, req)
         try:
             async for index, delta in group:
                 failure = delta_failure(delta)
                 if failure:
                     raise server_error(failure)
-                states[index].add(delta)
+                states[index].add(delta, stops)
         except APIError as err:
             return err.response()
         finally:
@@ -132,7 +135,12 @@ class Server:
             per_prompt = len(states) // len(echo)
             for i, state in enumerate(states):
                 state.text = echo[i // per_prompt] + state.text
-        return JSONResponse(protocol.full_response(env, states, protocol.usage(lengths, states)))
+        logprobs = None
+        if lp.wanted(req):
+            source = lp.distribution(self.llm, req)
+            logprobs = [{**lp.choice_logprobs(env.chat, state, self.token_strings, choice.prompt_ids if echo else None),
+                         "distribution": source} for state, choice in zip(states, group.choices)]
+        return JSONResponse(protocol.full_response(env, states, protocol.usage(lengths, states), logprobs))
 
     async def events(self, group: RequestGroup, env: protocol.Envelope, req: SamplingFields,
                      echo: list[str] | None) -> AsyncIterator[str]:
@@ -140,12 +148,16 @@ class Server:
         states = [protocol.ChoiceState() for _ in group.choices]
         with_usage = req.include_usage()
         lengths = [len(choice.prompt_ids) for choice in group.choices[::req.n]]
+        logprobs, stops, source = lp.wanted(req), lp.stop_ids(self.llm, req), lp.distribution(self.llm, req)
+        held: set[int] = set()  # echo chunks that wait for their prompt logprobs (the first delta)
         try:
             for choice in group.choices:
                 first = None
                 if echo:
                     first = echo[choice.index // req.n]
-                if env.chat or first:
+                if first and logprobs:
+                    held.add(choice.index)
+                elif env.chat or first:
                     yield protocol.sse(protocol.chunk(
                         env, [protocol.stream_choice(env, choice.index, text=first or "", role=env.chat)],
                         with_usage))
@@ -154,8 +166,19 @@ class Server:
                 if failure:
                     yield protocol.sse(error_body(failure, type="server_error"))
                     break
-                states[index].add(delta)
-                for event in self.delta_events(env, index, delta, req, with_usage):
+                states[index].add(delta, stops)
+                if index in held:
+                    held.discard(index)
+                    body = {**lp.echo_logprobs(states[index], group.choices[index].prompt_ids, self.token_strings),
+                            "distribution": "ar_head"}  # prompt logprobs: one teacher-forced forward
+                    yield protocol.sse(protocol.chunk(
+                        env, [protocol.stream_choice(env, index, text=echo[index // req.n], logprobs=body)],
+                        with_usage))
+                tokens_lp = (lp.delta_logprobs(env.chat, states[index], delta, self.token_strings, stops)
+                             if logprobs else None)
+                if tokens_lp is not None:
+                    tokens_lp["distribution"] = source
+                for event in self.delta_events(env, index, delta, req, with_usage, tokens_lp):
                     yield event
             else:
                 if with_usage:
@@ -166,13 +189,15 @@ class Server:
 
     @staticmethod
     def delta_events(env: protocol.Envelope, index: int, delta: Any, req: SamplingFields,
-                     with_usage: bool) -> list[str]:
-        """The chunk for one engine delta (what one decode step committed), then the finish chunk."""
+                     with_usage: bool, logprobs: dict | None = None) -> list[str]:
+        """The chunk for one engine delta (what one decode step committed, with its tokens' `logprobs`),
+        then the finish chunk."""
         out = []
         trace = protocol.trace_of(delta) if req.wedlm_trace else None
-        if delta.new_text or (trace and delta.new_token_ids):
+        if delta.new_text or (trace and delta.new_token_ids) or logprobs:
             out.append(protocol.sse(protocol.chunk(
-                env, [protocol.stream_choice(env, index, text=delta.new_text, trace=trace)], with_usage)))
+                env, [protocol.stream_choice(env, index, text=delta.new_text, trace=trace, logprobs=logprobs)],
+                with_usage)))
         if delta.finished:
             text = None if env.chat else ""
             out.append(protocol.sse(protocol.chunk(

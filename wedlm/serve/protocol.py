@@ -29,16 +29,32 @@ class ChoiceState:
     finish_reason: str | None = None
     stats: dict | None = None
     steps: int = 0
+    logprobs: list = field(default_factory=list)  # engine `TokenLogprob`s of token_ids
+    prompt_logprobs: list | None = None
+    text_offset: int = 0  # legacy completions logprobs: offset of the next token in `text`
 
-    def add(self, delta: Any) -> None:
-        """Fold one engine delta in."""
+    def add(self, delta: Any, stop_ids: frozenset[int] = frozenset()) -> None:
+        """Fold one engine delta in (`stop_ids`: see `text_logprobs`)."""
         self.text += delta.new_text or ""
         self.token_ids.extend(delta.new_token_ids or [])
+        self.logprobs.extend(text_logprobs(delta, stop_ids))
+        if getattr(delta, "prompt_logprobs", None) is not None:
+            self.prompt_logprobs = delta.prompt_logprobs
         if delta.new_token_ids:
             self.steps += 1
         if delta.finished:
             self.finish_reason = delta.finish_reason
             self.stats = delta.stats
+
+
+def text_logprobs(delta: Any, stop_ids: frozenset[int]) -> list:
+    """The delta's token logprobs without a final stop token, whose text the answer leaves out
+    (finish_reason "stop" on a token in `stop_ids`, the request's stop ids)."""
+    entries = list(getattr(delta, "logprobs", None) or [])
+    ids = delta.new_token_ids or []
+    if entries and delta.finished and delta.finish_reason == "stop" and ids and ids[-1] in stop_ids:
+        entries.pop()
+    return entries
 
 
 @dataclass(slots=True)
@@ -65,17 +81,18 @@ def sse(payload: dict[str, Any]) -> str:
 
 
 def stream_choice(env: Envelope, index: int, text: str | None = None, role: bool = False,
-                  finish_reason: str | None = None, trace: dict | None = None) -> dict[str, Any]:
-    """One choice of a streamed chunk (chat `delta` or completion `text`)."""
+                  finish_reason: str | None = None, trace: dict | None = None,
+                  logprobs: dict | None = None) -> dict[str, Any]:
+    """One choice of a streamed chunk (chat `delta` or completion `text`), with the logprobs of its tokens."""
     if env.chat:
         delta: dict[str, Any] = {}
         if role:
             delta["role"] = "assistant"
         if text is not None:
             delta["content"] = text
-        choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
     else:
-        choice = {"index": index, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
+        choice = {"index": index, "text": text or "", "logprobs": logprobs, "finish_reason": finish_reason}
     if trace is not None:
         choice["wedlm"] = trace
     return choice
@@ -119,16 +136,18 @@ def usage(prompt_lengths: list[int], states: list[ChoiceState]) -> dict[str, Any
     }
 
 
-def full_response(env: Envelope, states: list[ChoiceState], usage_: dict[str, Any]) -> dict[str, Any]:
-    """The non-streamed response object."""
+def full_response(env: Envelope, states: list[ChoiceState], usage_: dict[str, Any],
+                  logprobs: list[dict | None] | None = None) -> dict[str, Any]:
+    """The non-streamed response object; `logprobs`: each choice's logprobs object (None = null)."""
     body = env.base(chunk=False)
+    logprobs = logprobs or [None] * len(states)
     if env.chat:
         body["choices"] = [
-            {"index": i, "message": {"role": "assistant", "content": s.text}, "logprobs": None,
-             "finish_reason": s.finish_reason} for i, s in enumerate(states)]
+            {"index": i, "message": {"role": "assistant", "content": s.text}, "logprobs": lp,
+             "finish_reason": s.finish_reason} for i, (s, lp) in enumerate(zip(states, logprobs))]
     else:
         body["choices"] = [
-            {"index": i, "text": s.text, "logprobs": None, "finish_reason": s.finish_reason}
-            for i, s in enumerate(states)]
+            {"index": i, "text": s.text, "logprobs": lp, "finish_reason": s.finish_reason}
+            for i, (s, lp) in enumerate(zip(states, logprobs))]
     body["usage"] = usage_
     return body

@@ -6,7 +6,8 @@ accept the WeDLM knobs as extra body fields (`decoding`, `wedlm_window_size`,
 `top_k`, `stop_token_ids`, `ignore_eos`, `wedlm_trace`), which the official `openai` client sends
 through `extra_body`. Unknown extra fields are tolerated, as OpenAI-compatible servers usually
 do. Range checks live here so a bad request fails before it reaches the engine (the WeDLM
-knobs through `check_knob`, so the library and the CLI give the same message), and `param_of`
+knobs through `check_knob`, the logit controls and logprob fields through `check_control`,
+so the library and the CLI give the same message), and `param_of`
 turns a pydantic error into the OpenAI error's `param` (the offending field's name).
 """
 
@@ -16,9 +17,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from ..engine.controls import check_control
 from ..engine.defaults import DECODERS, DEFAULTS, check_knob
 
 MAX_N = 16
+CONTROLS = ("logit_bias", "presence_penalty", "frequency_penalty", "repetition_penalty", "min_p", "min_tokens")
 MAX_STOP_STRINGS = 4
 
 
@@ -56,6 +59,19 @@ class SamplingFields(BaseModel):
     ignore_eos: bool = False
     # Adds a `wedlm` object (decode step index, token ids) to every streamed choice.
     wedlm_trace: bool = False
+    # Logit controls (OpenAI: logit_bias, presence/frequency penalties; vLLM: the rest).
+    logit_bias: dict[int, float] | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    min_p: float | None = None
+    min_tokens: int | None = None
+
+    @field_validator(*CONTROLS, mode="before")
+    @classmethod
+    def _control(cls, value: Any, info: ValidationInfo) -> Any:
+        """The logit controls' one check (`check_control`); null leaves the control unset."""
+        return None if value is None else check_control(info.field_name, value)
 
     @field_validator(*DEFAULTS, mode="before")
     @classmethod
@@ -94,7 +110,7 @@ class SamplingFields(BaseModel):
     def sampling_kwargs(self, max_tokens: int) -> dict[str, Any]:
         """Keyword arguments for `wedlm.SamplingParams`; unset fields keep its defaults."""
         kwargs: dict[str, Any] = {"max_tokens": max_tokens}
-        for name in ("temperature", "top_p", "top_k", "seed", "decoding", *DEFAULTS, "stop_token_ids"):
+        for name in ("temperature", "top_p", "top_k", "seed", "decoding", *DEFAULTS, "stop_token_ids", *CONTROLS):
             value = getattr(self, name)
             if value is not None:
                 kwargs[name] = value
@@ -104,7 +120,12 @@ class SamplingFields(BaseModel):
             kwargs["ignore_eos"] = True
         if self.stop is not None:
             kwargs["stop"] = self.stop_list()
+        kwargs.update(self.logprob_kwargs())
         return kwargs
+
+    def logprob_kwargs(self) -> dict[str, Any]:
+        """`logprobs` / `prompt_logprobs` for `SamplingParams` (each endpoint spells them its own way)."""
+        return {}
 
     def include_usage(self) -> bool:
         """Whether a streamed response ends with a usage chunk."""
@@ -119,15 +140,26 @@ class CompletionRequest(SamplingFields):
 
     prompt: PromptType
     echo: bool = False
-    logprobs: int | None = None
+    logprobs: int | None = None  # legacy: the k most likely alternatives of every token, 0..20
     suffix: str | None = None
 
-    @field_validator("logprobs", "suffix")
+    @field_validator("logprobs", mode="before")
+    @classmethod
+    def _logprobs(cls, value: Any) -> Any:
+        return check_control("logprobs", value)
+
+    @field_validator("suffix")
     @classmethod
     def _unsupported(cls, value: Any) -> Any:
         if value:
             raise ValueError("is not supported by this server")
         return value
+
+    def logprob_kwargs(self) -> dict[str, Any]:
+        """`logprobs: k` gives every generated token's logprob and k alternatives; with `echo`, the prompt's too."""
+        if self.logprobs is None:
+            return {}
+        return {"logprobs": self.logprobs, **({"prompt_logprobs": self.logprobs} if self.echo else {})}
 
     @field_validator("prompt")
     @classmethod
@@ -176,6 +208,7 @@ class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     logprobs: bool | None = None
+    top_logprobs: int | None = None  # alternatives per token (0..20), with `logprobs: true`
     add_generation_prompt: bool = True
 
     @field_validator("max_completion_tokens", mode="before")
@@ -185,12 +218,21 @@ class ChatCompletionRequest(SamplingFields):
             raise ValueError("must be a number, not a boolean")
         return value
 
-    @field_validator("logprobs")
+    @field_validator("top_logprobs", mode="before")
     @classmethod
-    def _no_logprobs(cls, value: bool | None) -> bool | None:
-        if value:
-            raise ValueError("is not supported by this server")
+    def _top_logprobs(cls, value: Any) -> Any:
+        return check_control("top_logprobs", value)
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _top_logprobs_need_logprobs(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value and not info.data.get("logprobs"):
+            raise ValueError("top_logprobs needs logprobs: true")
         return value
+
+    def logprob_kwargs(self) -> dict[str, Any]:
+        """`logprobs: true` gives every generated token's logprob and `top_logprobs` alternatives."""
+        return {"logprobs": self.top_logprobs or 0} if self.logprobs else {}
 
     def chat_messages(self) -> list[dict[str, str]]:
         """Messages as plain `{"role", "content"}` dicts for the chat template."""

@@ -16,6 +16,7 @@ from .base import Decoder, StepResult, WindowPlan
 class ARDecoder(Decoder):
     name = "ar"
     needs_mask = False
+    logprob_rows = "commit"
 
     def init(self, seq: Sequence) -> None:
         seq.window = []

@@ -78,6 +78,10 @@ class Decoder(ABC):
 
     name = "base"
     needs_mask = True
+    # Which row gives a committed token's logprob (`logprobs.py`): "fill", the row that filled
+    # its slot (whenever that was); "commit", row j of the committing forward for the j-th
+    # committed token (the AR head's rows: `ar`, `verified`).
+    logprob_rows = "fill"
 
     def __init__(self, mask_token_id: int | None) -> None:
         self.mask_token_id = mask_token_id
@@ -89,6 +93,12 @@ class Decoder(ABC):
     @abstractmethod
     def plan(self, seq: Sequence) -> WindowPlan:
         """The window to feed next."""
+
+    def row_offsets(self, seq: Sequence, plan: WindowPlan) -> list[int]:
+        """For each logits row of `plan` (anchor first), the window offset of the token it predicts
+        (0 = the token right after the committed text), read before `update`. The logit controls
+        count the fills to the left of that offset (`logits_processors.py`)."""
+        return ([0] if plan.anchor else []) + list(plan.row_slots)
 
     @abstractmethod
     def update(self, seq: Sequence, plan: WindowPlan, logits: torch.Tensor,

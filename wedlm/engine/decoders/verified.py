@@ -48,6 +48,11 @@ class VerifiedDecoder(Decoder):
     """`decoding="verified"`."""
 
     name = "verified"
+    logprob_rows = "commit"  # committed tokens are the AR head's choices (rows 0..accepted)
+
+    def row_offsets(self, seq: Sequence, plan: WindowPlan) -> list[int]:
+        """The anchor predicts offset 0, draft slot i (an AR row) offset i + 1, mask slot i offset i."""
+        return [0] + [i + 1 if seq.window[i] is not None else i for i in plan.row_slots]
 
     def init(self, seq: Sequence) -> None:
         seq.window = [None] * min(seq.window_size, seq.budget_left)
