@@ -94,7 +94,10 @@ def test_two_ray_replicas_answer_recover_and_stop_cleanly(reference_answers, tmp
         stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     ray_processes: dict[int, psutil.Process] = {}
     try:
-        assert wait_until(lambda: healthy(url, proc), timeout=300), (tmp_path / "serve.log").read_text()[-3000:]
+        # the command says so once Ray Serve reports every replica running
+        assert wait_until(lambda: ready(tmp_path / "serve.log", proc), timeout=300, interval=0.5), \
+            (tmp_path / "serve.log").read_text()[-3000:]
+        assert httpx.get(f"{url}/health", timeout=30).status_code == 200
         results = asyncio.run(send_all(url, requests_40()))
         assert [status for status, _, _ in results] == [200] * 40
         assert [text for _, text, _ in results] == reference_answers
@@ -125,12 +128,9 @@ def test_two_ray_replicas_answer_recover_and_stop_cleanly(reference_answers, tmp
     assert ray_processes and left == []
 
 
-def healthy(url: str, proc: subprocess.Popen) -> bool:
-    assert proc.poll() is None, "wedlm serve exited"
-    try:
-        return httpx.get(f"{url}/health", timeout=5).status_code == 200
-    except httpx.HTTPError:
-        return False
+def ready(log: Path, proc: subprocess.Popen) -> bool:
+    assert proc.poll() is None, "wedlm serve exited:\n" + log.read_text()[-3000:]
+    return "serving wedlm-tiny on http://" in log.read_text()
 
 
 def assert_disconnect_aborts(url: str) -> None:
