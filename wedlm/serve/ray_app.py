@@ -5,13 +5,15 @@ Each replica is a Ray actor that loads one `LLM` and serves the unchanged FastAP
 ingress builder), so routes, SSE streaming, OpenAI error bodies, client-disconnect aborts
 and `/metrics` are exactly single-process `wedlm serve`'s. Ray Serve's HTTP proxy receives
 the request and hands the ASGI connection to one replica; no second hop re-encodes the
-stream. Every response carries `x-wedlm-replica: <replica id>@<host>:<pid>`.
+stream. Every response carries `x-wedlm-replica: <replica id>@<host>:<pid>`, and the
+proxy runs `wedlm.serve.ray_proxy`'s middleware, which retries once a request whose replica
+died before answering and gives a cut SSE stream its error event and `[DONE]`.
 
 Placement: a CPU replica reserves `threads` Ray CPUs and runs torch on that many threads,
 so replicas never oversubscribe a node's cores; a CUDA replica reserves
 `tensor_parallel_size` GPUs (one replica per GPU by default). Ray restarts a replica whose
-process dies; requests it held end with an error from Ray's proxy while the other replicas
-keep serving.
+process dies while the other replicas keep serving; the requests it held are retried once
+(nothing answered yet) or end with the error a single server gives (a stream cut mid-way).
 
 `run_cluster` is what `wedlm serve --replicas N` runs: it starts a local Ray instance (or
 joins the cluster named by `RAY_ADDRESS`), deploys, waits for SIGINT/SIGTERM, and on the way
@@ -35,7 +37,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .ray_proxy import IMPORT_PATH as PROXY_IMPORT_PATH
+
 log = logging.getLogger(__name__)
+PROXY_CALLBACK_ENV = "RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH"
 
 INSTALL_HINT = 'pip install "wedlm[ray]"  (or: pip install "ray[serve]>=2.60")'
 APP_NAME = "wedlm"
@@ -253,6 +258,8 @@ def run_cluster(spec: ReplicaSpec, host: str, port: int, address: str | None = N
     if address:
         ray.init(address=address, logging_level=level)
     else:
+        # inherited by the Ray processes started here, the HTTP proxy among them
+        os.environ.setdefault(PROXY_CALLBACK_ENV, PROXY_IMPORT_PATH)
         ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level=level)
     try:
         spec = spec.fit_threads(int(ray.cluster_resources().get("CPU", 1)))
