@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from wedlm.cli.main import build_parser
-from wedlm.serve.ray_app import BUILDER_KEYS, ENGINE_KEYS, ReplicaSpec
+from wedlm.serve.ray_app import BUILDER_KEYS, ENGINE_KEYS, PROXY_CALLBACK_ENV, PROXY_IMPORT_PATH, ReplicaSpec
 
 K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
 
@@ -46,6 +46,11 @@ def test_rayservice_arguments_are_app_builder_arguments():
     spec = ReplicaSpec(model=args["model"], min_replicas=int(args["min_replicas"]),
                        max_replicas=int(args["max_replicas"]), engine={"device": args["device"]})
     assert spec.gpus_per_replica == 1 and spec.most_replicas == 8
+    cluster = service["spec"]["rayClusterConfig"]
+    pods = [cluster["headGroupSpec"]["template"], *(g["template"] for g in cluster["workerGroupSpecs"])]
+    for pod in pods:  # every node's proxy loads the failover middleware
+        (container,) = pod["spec"]["containers"]
+        assert {"name": PROXY_CALLBACK_ENV, "value": PROXY_IMPORT_PATH} in container["env"]
 
 
 @pytest.mark.parametrize("name", ["wedlm-deployment.yaml", "wedlm-rayservice.yaml"])
