@@ -157,7 +157,7 @@ def kill_during_a_stream(url: str) -> tuple[str, str]:
     replicas. The stream ends as a single server ends a failed one (an error event, then
     `[DONE]`); an un-streamed request the dead replica held is retried on the other one (200)
     or, when it fails again, gets an OpenAI 503. Returns (killed replica, the other replica)."""
-    body = {"prompt": "Count", "max_tokens": 300, "ignore_eos": True, "decoding": "ar", "temperature": 0}
+    body = {"prompt": "Count", "max_tokens": 500, "ignore_eos": True, "decoding": "ar", "temperature": 0}
     answers: list[httpx.Response] = []
     with httpx.stream("POST", f"{url}/v1/completions", json={**body, "stream": True}, timeout=120) as r:
         victim = r.headers[HEADER]
@@ -167,7 +167,7 @@ def kill_during_a_stream(url: str) -> tuple[str, str]:
             httpx.post(f"{url}/v1/completions", json=body, timeout=180))) for _ in range(3)]
         for sender in senders:  # the router sends each to the less loaded replica: both get some
             sender.start()
-            time.sleep(0.5)
+            time.sleep(0.2)
         os.kill(pid_of(victim), signal.SIGKILL)
         tail = [line for line in lines if line.startswith("data: ")]
     assert tail[-1] == "data: [DONE]"

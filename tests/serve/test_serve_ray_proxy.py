@@ -60,8 +60,13 @@ def test_a_replica_lost_before_answering_is_retried_once_with_the_same_body():
     assert sent == REPLICA_OK
 
 
+def test_no_answer_from_the_proxy_counts_as_a_lost_replica():
+    proxy = ScriptedProxy([], REPLICA_OK)  # what Ray's proxy does when the replica died
+    assert run(proxy) == REPLICA_OK and proxy.bodies == [BODY, BODY]
+
+
 def test_lost_twice_is_an_openai_503():
-    proxy = ScriptedProxy(PLAIN_500, PLAIN_500)
+    proxy = ScriptedProxy([], PLAIN_500)
     start, body = run(proxy)
     assert len(proxy.bodies) == 2 and start["status"] == 503
     assert (b"content-type", b"application/json") in start["headers"]

@@ -1,12 +1,12 @@
 """Ray Serve proxy middleware: a replica that dies mid-request fails the request the way a
 single `wedlm serve` fails one, and a request it held before answering is retried once.
 
-Ray Serve's HTTP proxy answers a request whose replica died before responding with a
-plain-text `500 Internal Server Error`, and cuts a response already under way (an SSE stream
-loses its end). `ReplicaFailover` wraps the proxy's ASGI app:
+Ray Serve's HTTP proxy sends nothing for a request whose replica died before responding
+(uvicorn then answers a plain-text `500 Internal Server Error`), and cuts a response already
+under way (an SSE stream loses its end). `ReplicaFailover` wraps the proxy's ASGI app:
 
-- nothing sent to the client yet and the proxy's own 500 (no `x-wedlm-replica` header, not
-  JSON: no replica wrote it): the request is sent again once, with its recorded body; a
+- nothing sent to the client yet and no answer, or the proxy's own 500 (no `x-wedlm-replica`
+  header, not JSON: no replica wrote it): the request is sent again once, with its recorded body; a
   second such failure becomes an OpenAI error body, status 503 (`type: "server_error"`);
 - another 5xx of the proxy's own (overload, no replica available): the same status with an
   OpenAI error body instead of plain text;
@@ -57,14 +57,15 @@ class ReplicaFailover:
         await attempt.finish(body.disconnected)
 
     async def attempt(self, scope: Any, body: RecordedBody, send: Any) -> Attempt:
-        """One pass through the proxy; an exception out of it counts as the proxy's own 500."""
+        """One pass through the proxy. Returning without an answer (what the proxy does when
+        the replica died before answering) or raising counts as the proxy's own 500."""
         attempt = Attempt(send)
         try:
             await self.app(scope, body.replay(), attempt.send)
         except Exception:
             log.exception("the Ray Serve proxy failed on %s", scope.get("path"))
-            if not attempt.started and attempt.held is None:
-                attempt.held = {"status": 500, "headers": []}
+        if not attempt.started and attempt.held is None:
+            attempt.held = {"status": 500, "headers": []}
         return attempt
 
 
