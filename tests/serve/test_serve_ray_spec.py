@@ -24,6 +24,7 @@ def test_cpu_replicas_split_the_host_cpus_and_reserve_them():
     assert options["max_ongoing_requests"] == 128  # twice the engine's default batch of 64
     assert ReplicaSpec(model="m", num_replicas=4).fit_threads(2).threads == 1  # never below one thread
     assert ReplicaSpec(model="m", num_replicas=2, threads=3).fit_threads(64).threads == 3  # given: kept
+    assert ReplicaSpec(model="m", num_replicas=2).fit_threads(64, largest_node=16).threads == 16  # fits one node
     assert replicas_text(spec) == "3 replicas x 2 threads"
 
 
@@ -95,11 +96,13 @@ def test_serve_run_builder_parses_its_arguments():
     pytest.importorskip("ray.serve")
     from wedlm.serve.ray_app import app_builder
 
-    app = app_builder({"num_replicas": "2", "max_model_len": "256", "threads": "1"})
+    app = app_builder({"model": "models/wedlm-tiny", "num_replicas": "2", "max_model_len": "256", "threads": "1"})
     deployment = app._bound_deployment
     assert deployment.num_replicas == 2
     assert deployment.ray_actor_options["num_cpus"] == 1
     with pytest.raises(ValueError, match="num_replicas must be int, got 'two'"):
-        app_builder({"num_replicas": "two"})
+        app_builder({"model": "m", "num_replicas": "two"})
     with pytest.raises(ValueError, match="unknown argument 'replicas'"):
-        app_builder({"replicas": "2"})
+        app_builder({"model": "m", "replicas": "2"})
+    with pytest.raises(ValueError, match="model is required"):
+        app_builder({"num_replicas": "2"})

@@ -11,7 +11,8 @@ died before answering and gives a cut SSE stream its error event and `[DONE]`.
 
 Placement: a CPU replica reserves `threads` Ray CPUs and runs torch on that many threads,
 so replicas never oversubscribe a node's cores; a CUDA replica reserves
-`tensor_parallel_size` GPUs (one replica per GPU by default). Ray restarts a replica whose
+`tensor_parallel_size` GPUs (one replica per GPU by default). GPU placement is written
+against Ray's `num_gpus` but has only run on CPU machines here. Ray restarts a replica whose
 process dies while the other replicas keep serving; the requests it held are retried once
 (nothing answered yet) or end with the error a single server gives (a stream cut mid-way).
 
@@ -118,11 +119,15 @@ class ReplicaSpec:
             return 0
         return int(self.engine.get("tensor_parallel_size") or 1)
 
-    def fit_threads(self, host_cpus: int) -> ReplicaSpec:
-        """A copy whose `threads` splits `host_cpus` among the most replicas (when unset)."""
+    def fit_threads(self, host_cpus: int, largest_node: int | None = None) -> ReplicaSpec:
+        """A copy whose `threads` splits `host_cpus` (all the CPUs Ray offers) among the most
+        replicas, no more than `largest_node` (the CPUs of the biggest machine: a replica runs
+        on one), at least 1; unchanged when `threads` is set. GPU replicas take 1."""
         if self.threads is not None:
             return self
         share = 1 if self.gpus_per_replica else max(1, host_cpus // self.most_replicas)
+        if largest_node:
+            share = max(1, min(share, largest_node))
         return dataclasses.replace(self, threads=share)
 
     def deployment_options(self) -> dict[str, Any]:
@@ -214,11 +219,11 @@ def app_builder(args: dict[str, str]) -> Any:
     and `LLM` options (`device`, `dtype`, `max_model_len`, `max_num_seqs`, ...).
 
     Raises:
-        ValueError: an unknown key or a value that is not of its type, naming the key.
+        ValueError: no `model`, an unknown key or a value that is not of its type, naming the key.
     """
-    from wedlm.cli.options import default_model
-
-    spec_kwargs: dict[str, Any] = {"model": default_model()}
+    if "model" not in args:
+        raise ValueError("model is required: the checkpoint folder, e.g. model=/models/WeDLM-8B-Instruct")
+    spec_kwargs: dict[str, Any] = {}
     engine: dict[str, Any] = {"device": "cpu", "dtype": "float32"}
     for key, text in args.items():
         kind = BUILDER_KEYS.get(key) or ENGINE_KEYS.get(key)
@@ -262,7 +267,8 @@ def run_cluster(spec: ReplicaSpec, host: str, port: int, address: str | None = N
         os.environ.setdefault(PROXY_CALLBACK_ENV, PROXY_IMPORT_PATH)
         ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level=level)
     try:
-        spec = spec.fit_threads(int(ray.cluster_resources().get("CPU", 1)))
+        nodes = [int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n.get("Alive")]
+        spec = spec.fit_threads(int(ray.cluster_resources().get("CPU", 1)), max(nodes, default=None))
         serve.start(http_options={"host": host, "port": port})
         serve.run(build_application(spec), name=APP_NAME, route_prefix="/", blocking=False)
         log.warning("serving %s on http://%s:%d with %s", spec.served_model_name or spec.model, host, port,
