@@ -78,7 +78,7 @@ def pid_of(replica: str) -> int:
 @pytest.fixture(scope="module")
 def reference_answers():
     """The same 40 requests answered by single-process serving (one engine, in this process)."""
-    app = create_app(make_llm(SHIPPED, max_model_len=512), "wedlm-tiny")
+    app = create_app(make_llm(SHIPPED, max_model_len=2048), "wedlm-tiny")
     with running_server(app) as url:
         return [text for _, text, _ in asyncio.run(send_all(url, requests_40()))]
 
@@ -91,7 +91,7 @@ def test_two_ray_replicas_answer_recover_and_stop_cleanly(reference_answers, tmp
     env.pop("RAY_ADDRESS", None)  # a local instance, whatever the caller has set
     proc = subprocess.Popen(
         [sys.executable, "-m", "wedlm.cli.main", "serve", "--replicas", "2", "--ray-num-cpus", "2",
-         "--port", str(port), "--max-model-len", "512", "--log-level", "warning"],
+         "--port", str(port), "--max-model-len", "2048", "--log-level", "warning"],
         stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     ray_processes: dict[int, psutil.Process] = {}
     try:
@@ -153,27 +153,27 @@ def assert_disconnect_aborts(url: str) -> None:
 
 
 def kill_during_a_stream(url: str) -> tuple[str, str]:
-    """Kill the replica holding a running stream while un-streamed requests are queued on both
+    """Kill the replica holding a running stream while long un-streamed requests run on both
     replicas. The stream ends as a single server ends a failed one (an error event, then
     `[DONE]`); an un-streamed request the dead replica held is retried on the other one (200)
     or, when it fails again, gets an OpenAI 503. Returns (killed replica, the other replica)."""
-    body = {"prompt": "Count", "max_tokens": 500, "ignore_eos": True, "decoding": "ar", "temperature": 0}
+    body = {"prompt": "Count", "max_tokens": 2000, "ignore_eos": True, "decoding": "ar", "temperature": 0}
     answers: list[httpx.Response] = []
-    with httpx.stream("POST", f"{url}/v1/completions", json={**body, "stream": True}, timeout=120) as r:
+    senders = [threading.Thread(target=lambda: answers.append(
+        httpx.post(f"{url}/v1/completions", json=body, timeout=300))) for _ in range(3)]
+    for sender in senders:  # the router sends each to the less loaded replica: both get some
+        sender.start()
+        time.sleep(0.2)
+    with httpx.stream("POST", f"{url}/v1/completions", json={**body, "stream": True}, timeout=300) as r:
         victim = r.headers[HEADER]
         lines = r.iter_lines()
         assert next(line for line in lines if line.startswith("data: "))
-        senders = [threading.Thread(target=lambda: answers.append(
-            httpx.post(f"{url}/v1/completions", json=body, timeout=180))) for _ in range(3)]
-        for sender in senders:  # the router sends each to the less loaded replica: both get some
-            sender.start()
-            time.sleep(0.2)
         os.kill(pid_of(victim), signal.SIGKILL)
         tail = [line for line in lines if line.startswith("data: ")]
     assert tail[-1] == "data: [DONE]"
     assert json.loads(tail[-2][len("data: "):])["error"]["type"] == "server_error"
     for sender in senders:
-        sender.join(180)
+        sender.join(300)
     assert len(answers) == 3
     others = {r.headers[HEADER] for r in answers if r.status_code == 200}
     failed = [r for r in answers if r.status_code != 200]
