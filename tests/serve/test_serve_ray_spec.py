@@ -106,3 +106,19 @@ def test_serve_run_builder_parses_its_arguments():
         app_builder({"model": "m", "replicas": "2"})
     with pytest.raises(ValueError, match="model is required"):
         app_builder({"num_replicas": "2"})
+
+
+def test_the_engine_closes_when_the_replica_app_shuts_down():
+    from fastapi.testclient import TestClient
+
+    from wedlm.serve.ray_app import close_with_app
+
+    llm = FakeLLM(byte_tokenizer(256))
+    closed = []
+    llm.close = lambda: closed.append(True)
+    app = create_app(llm, "fake", sampling_params_cls=FakeParams)
+    close_with_app(app, llm)
+    with TestClient(app) as client:
+        assert client.get("/health").status_code == 200
+        assert closed == []
+    assert closed == [True]

@@ -63,7 +63,7 @@ def add_replica_args(parser: argparse.ArgumentParser) -> None:
                        help="upper autoscaling bound (with --min-replicas)")
     group.add_argument("--ray-num-cpus", type=int_at_least(1), default=None, metavar="N",
                        help="CPUs of the local Ray instance; CPU replicas split them (threads each = "
-                            "N / most replicas); default: all of this machine's")
+                            "N / most replicas); default: all of this machine's; not used with RAY_ADDRESS")
 
 
 def run(args: argparse.Namespace) -> int:

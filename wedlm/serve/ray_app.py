@@ -29,6 +29,7 @@ Ray is optional (`pip install "wedlm[ray]"`); without it, `require_ray` raises
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -192,7 +193,24 @@ def replica_app(spec: ReplicaSpec) -> Any:
     llm = LLM(model=spec.model, **spec.engine)
     app = create_app(llm, spec.served_model_name)
     app.add_middleware(ReplicaHeader, name=replica_name())
+    close_with_app(app, llm)
     return app
+
+
+def close_with_app(app: Any, llm: Any) -> None:
+    """Close `llm` (its tensor-parallel workers) after the app's own shutdown, as
+    `wedlm serve` does after uvicorn returns: Ray ends a replica through the app's lifespan."""
+    inner = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(a: Any):
+        try:
+            async with inner(a) as state:
+                yield state
+        finally:
+            llm.close()
+
+    app.router.lifespan_context = lifespan
 
 
 def build_application(spec: ReplicaSpec) -> Any:
