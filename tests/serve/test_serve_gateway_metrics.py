@@ -22,7 +22,7 @@ ALIASES = {"vllm:num_requests_waiting": "wedlm_queue_length",
            "vllm:kv_cache_usage_perc": "wedlm_kv_cache_usage",
            "vllm:prefix_cache_hits_total": "wedlm_prefix_cache_hit_tokens_total",
            "vllm:prefix_cache_queries_total": "wedlm_prefix_cache_queries_total"}
-LONG = {"prompt": "Count from 1 to 200.", "max_tokens": 600, "ignore_eos": True, "temperature": 0,
+LONG = {"prompt": "Count from 1 to 200.", "max_tokens": 1000, "ignore_eos": True, "temperature": 0,
         "decoding": "ar", "stream": True}
 
 
