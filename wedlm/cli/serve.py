@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -112,10 +114,15 @@ def run_replicas(args: argparse.Namespace) -> int:
         require_ray()
     except RayUnavailable as err:
         raise UsageError(str(err)) from None
-    check_model(spec.model)
-    check_device(args.device)
+    if not os.environ.get("RAY_ADDRESS"):  # a cluster's machines, not this one, hold the model and GPUs
+        check_model(spec.model)
+        check_device(args.device)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    run_cluster(spec, args.host, args.port, num_cpus=args.ray_num_cpus, log_level=args.log_level)
+    try:
+        run_cluster(spec, args.host, args.port, num_cpus=args.ray_num_cpus, log_level=args.log_level)
+    except RuntimeError as err:  # Ray Serve could not deploy or Ray could not stop; its log says more
+        print(f"wedlm serve: error: {err}", file=sys.stderr)
+        return 1
     return 0
 
 
