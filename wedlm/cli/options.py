@@ -265,6 +265,11 @@ def build_llm(args: argparse.Namespace) -> Any:
     """`wedlm.LLM` from the engine options; unset ones keep the engine's defaults."""
     from wedlm import LLM
 
+    return LLM(**llm_kwargs(args))
+
+
+def llm_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The `wedlm.LLM` keyword arguments of the engine options (unset ones left out)."""
     kwargs: dict[str, Any] = {"model": args.model, "device": args.device, "dtype": args.dtype,
                               "revision": getattr(args, "revision", None)}
     optional = {"wedlm_window_size": args.window_size, "max_model_len": args.max_model_len,
@@ -272,7 +277,7 @@ def build_llm(args: argparse.Namespace) -> Any:
                 "tensor_parallel_size": args.tensor_parallel_size, "enforce_eager": args.enforce_eager,
                 "autocast": args.autocast}
     kwargs.update({k: v for k, v in optional.items() if v is not None})
-    return LLM(**kwargs)
+    return kwargs
 
 
 def load_llm(args: argparse.Namespace, command: str) -> Any | None:

@@ -6,6 +6,11 @@ engine gauges (queue length, running requests, KV blocks in use, prefix-cache hi
 read at scrape time from the engine loop's latest `LLM.metrics()` snapshot, so scraping
 never touches the engine from another thread. One registry per app keeps several
 servers in one process (tests) apart.
+
+Inference gateways (the Gateway API Inference Extension's model-server protocol, llm-d)
+route on waiting requests, running requests and KV-cache utilisation, scraped under vLLM's
+names; `GATEWAY_ALIASES` exports the same engine values under those names too, so such a
+gateway or a vLLM dashboard reads a wedlm server unchanged.
 """
 
 from __future__ import annotations
@@ -34,6 +39,33 @@ ENGINE_FIELDS = {
                              "Prompt tokens looked up in the prefix cache."),
 }
 
+# vLLM's name -> (wedlm name it repeats, kind); the derived ratios are computed in `derived`
+GATEWAY_ALIASES = {
+    "vllm:num_requests_waiting": ("wedlm_queue_length", "gauge"),
+    "vllm:num_requests_running": ("wedlm_running_requests", "gauge"),
+    "vllm:kv_cache_usage_perc": ("wedlm_kv_cache_usage", "gauge"),
+    "vllm:prefix_cache_hits": ("wedlm_prefix_cache_hit_tokens", "counter"),
+    "vllm:prefix_cache_queries": ("wedlm_prefix_cache_queries", "counter"),
+}
+DERIVED_HELP = {
+    "wedlm_kv_cache_usage": "KV-cache utilisation: blocks in use / blocks in all, 0..1.",
+    "wedlm_prefix_cache_hit_rate": "Prompt tokens served from the prefix cache / prompt tokens looked up, "
+                                   "since start, 0..1 (0 before any lookup).",
+}
+
+
+def derived(values: dict[str, Any]) -> dict[str, float]:
+    """The ratios gateways route on, from an engine snapshot: KV-cache use and prefix-cache
+    hit rate, each in [0, 1] (0 when the denominator is 0 or absent)."""
+    out = {}
+    total, used = values.get("kv_blocks_total"), values.get("kv_blocks_used")
+    if total is not None and used is not None:
+        out["wedlm_kv_cache_usage"] = float(used) / float(total) if total else 0.0
+    queries, hits = values.get("prefix_cache_queries"), values.get("prefix_cache_hit_tokens")
+    if queries is not None and hits is not None:
+        out["wedlm_prefix_cache_hit_rate"] = float(hits) / float(queries) if queries else 0.0
+    return out
+
 
 class EngineCollector:
     """Exports the engine snapshot (a dict from `LLM.metrics()`) at scrape time."""
@@ -42,13 +74,27 @@ class EngineCollector:
         self.snapshot = snapshot
 
     def collect(self):
-        """Yield one metric family per known engine field present in the snapshot."""
+        """Yield one metric family per known engine field present in the snapshot, the
+        derived ratios, then the vLLM-named aliases of the gateway metrics."""
         values = self.snapshot() or {}
+        exported: dict[str, tuple[float, str]] = {}
         for key, (name, kind, help_text) in ENGINE_FIELDS.items():
-            if key not in values:
-                continue
-            family = GaugeMetricFamily if kind == "gauge" else CounterMetricFamily
-            yield family(name, help_text, value=float(values[key]))
+            if key in values:
+                exported[name] = (float(values[key]), help_text)
+                yield family(name, kind, help_text, float(values[key]))
+        for name, value in derived(values).items():
+            exported[name] = (value, DERIVED_HELP[name])
+            yield family(name, "gauge", DERIVED_HELP[name], value)
+        for alias, (name, kind) in GATEWAY_ALIASES.items():
+            if name in exported:
+                value, help_text = exported[name]
+                yield family(alias, kind, f"{help_text} (alias of {name}, vLLM's name)", value)
+
+
+def family(name: str, kind: str, help_text: str, value: float):
+    """One gauge or counter sample (a counter's name gains `_total` in the exposition)."""
+    cls = GaugeMetricFamily if kind == "gauge" else CounterMetricFamily
+    return cls(name, help_text, value=value)
 
 
 class ServerMetrics:
