@@ -84,3 +84,22 @@ def test_request_larger_than_the_cache_is_refused(tiny_path):
     out = llm.generate([[1, 2, 3, 4]], params("ar"))[0]  # 4 + 14 rows = 5 blocks: fits
     assert len(out["token_ids"]) == 14
     assert llm.metrics()["kv_blocks_free"] == 5
+
+
+@pytest.mark.parametrize("decoding", ["wedlm", "blockwise", "verified", "ar"])
+def test_a_request_that_ends_in_its_first_forward_leaves_its_prompt_cached(decoding):
+    from pathlib import Path
+
+    from wedlm.engine.chat import encode_chat
+
+    shipped = Path(__file__).resolve().parents[2] / "models" / "wedlm-tiny"
+    llm = LLM(str(shipped), enforce_eager=True, max_num_seqs=2, max_model_len=256)
+    ids = encode_chat(llm.tokenizer, [{"role": "user", "content": "Reverse the list: Tom, Anna, Ben, Mia, Leo, Zoe."}])
+    assert len(ids) == 27  # one full block of 16 rows, 11 rows in the second
+    params = SamplingParams(temperature=0, max_tokens=4, decoding=decoding)
+    first = llm.generate([ids], params)[0]
+    if decoding in ("wedlm", "blockwise"):
+        assert first["stats"]["decode_forwards"] == 1  # the answer's 4 tokens came from one forward
+    again = llm.generate([ids], params)[0]
+    assert (first["stats"]["prefix_cache_hit_tokens"], again["stats"]["prefix_cache_hit_tokens"]) == (0, 16)
+    assert again["token_ids"] == first["token_ids"]

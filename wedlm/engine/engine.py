@@ -231,12 +231,14 @@ class Engine:
         stats.decode_tokens = seq.num_generated
         if new_ids and stats.ttft_s is None:
             stats.ttft_s = now - seq.arrival_time
+        # before a finish frees the blocks: a request that ends in its first decode forward
+        # (a short answer, several tokens per forward) still leaves its prompt's blocks reusable
+        self.block_manager.register_full_blocks(seq)
         if reason is not None:
             self.seqs.pop(seq.request_id, None)
             self.scheduler.finish(seq)
             stats.decode_time_s = now - seq.first_forward_end
             return _with_logprobs(seq, final_delta(seq, new_ids, reason, self.tokenizer), logprobs)
-        self.block_manager.register_full_blocks(seq)
         seq.step_index += 1
         return _with_logprobs(seq, progress_delta(seq, new_ids), logprobs) if new_ids else None
 
