@@ -100,7 +100,7 @@ def check_json_values(body: dict[str, Any]) -> None:
             _check_float(value, path)
         elif isinstance(value, dict):
             for key, item in value.items():
-                _check_text(key, path)
+                _check_text(key, (*path, key))
                 stack.append((item, (*path, key)))
         elif isinstance(value, list):
             stack.extend((item, (*path, str(i))) for i, item in enumerate(value))
