@@ -65,7 +65,7 @@ class AccessPolicy:
                 raise ValueError(f"public_paths entries must start with '/', got {path!r}")
         for name, values in (("allowed_hosts", self.allowed_hosts or ()), ("cors_origins", self.cors_origins)):
             for value in values:
-                if not isinstance(value, str) or not value.strip() or value != value.strip():
+                if not isinstance(value, str) or not value or any(c.isspace() for c in value):
                     raise ValueError(f"{name} entries must be non-empty names without spaces, got {value!r}")
 
     @classmethod
@@ -112,7 +112,7 @@ def host_name(value: str) -> str:
     """The name of a Host header value, without its port (`[::1]:8000` -> `::1`)."""
     value = value.strip().lower()
     if value.startswith("["):
-        return value[1:value.find("]")] if "]" in value else value
+        return value[1:value.find("]")] if "]" in value else ""
     return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
 
 
