@@ -91,8 +91,7 @@ class Server:
             env = protocol.Envelope(f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}",
                                     self.model_name, chat)
             try:  # the server's checks and the engine's raise the same RequestError(param)
-                prompts = await self.tokenized(lambda: [self.prompts.chat_prompt(req)] if chat
-                                               else self.prompts.completion_prompts(req))
+                prompts, echo = await self.tokenized(lambda: self.encode(req, chat))
                 params = [[sampling_params(self.sampling_params_cls, req, self.prompts.max_tokens(req, len(ids)),
                                            choice) for choice in range(req.n)] for ids in prompts]
                 group = await self.submit(env.id, prompts, params)
@@ -107,9 +106,6 @@ class Server:
             if ticket is not None:
                 ticket.release()
             raise
-        echo = None
-        if getattr(req, "echo", False):
-            echo = await self.tokenized(lambda: [self.prompts.decode(ids) for ids in prompts])
         lengths = [len(ids) for ids in prompts]
         if req.stream:
             self.metrics.observe_request(endpoint, 200)
@@ -139,6 +135,16 @@ class Server:
             elif prompt is not None:
                 self.bound.check_count("prompt", len(prompt), "prompt token ids")
         return self.admission.reserve(len(prompts) * req.n)
+
+    def encode(self, req: SamplingFields, chat: bool) -> tuple[list[list[int]], list[str] | None]:
+        """(token ids of each prompt, their text for `echo` or None); on the tokenizer thread.
+
+        Raises:
+            RequestError: a prompt or a message the engine's checks refuse (naming the field).
+        """
+        prompts = [self.prompts.chat_prompt(req)] if chat else self.prompts.completion_prompts(req)
+        echo = [self.prompts.decode(ids) for ids in prompts] if getattr(req, "echo", False) else None
+        return prompts, echo
 
     async def tokenized(self, work: Callable[[], Any]) -> Any:
         """`work()` on the tokenizer thread, off the event loop."""
