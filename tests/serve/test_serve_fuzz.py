@@ -9,7 +9,7 @@ deep nesting), a message or prompt element replaced, a required field dropped, t
 serialized with or without ASCII escapes and sometimes corrupted with invalid UTF-8
 bytes. Every answer is a 2xx or a 4xx whose OpenAI error body names the parameter; at
 the end the server is healthy and holds no request, no KV block and no queued sequence.
-The default run sends about 700 bodies (about 30 s on 2 busy cores); the slow-marked run 8,800.
+The default run sends about 1,300 bodies (15-60 s on 2 shared cores); the slow-marked run 8,800.
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ def fuzz(client, server, examples: int) -> None:
 
 def test_no_body_gets_a_5xx(shipped_server):
     client, server = shipped_server
-    fuzz(client, server, examples=600)
+    fuzz(client, server, examples=1_200)
 
 
 @pytest.mark.slow
