@@ -165,7 +165,8 @@ def check_counting(prompt_text: str, out: str) -> None:
 
 
 def run_serve(line: str, workdir: Path) -> None:
-    """Start `wedlm serve ...` on a free port, wait for /health and /v1/models, stop it with Ctrl-C."""
+    """Start `wedlm serve ...` on a free port, wait for /health and /v1/models (with the line's
+    `--api-key`, if any), stop it with Ctrl-C."""
     import socket
 
     import httpx
@@ -184,7 +185,9 @@ def run_serve(line: str, workdir: Path) -> None:
                     break
             except httpx.HTTPError:
                 time.sleep(0.5)
-        models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).json()
+        key = re.search(r"--api-key\s+(\S+)", line)
+        headers = {"Authorization": f"Bearer {key.group(1)}"} if key else {}
+        models = httpx.get(f"http://127.0.0.1:{port}/v1/models", headers=headers, timeout=10).json()
         assert models["data"], models
     finally:
         os.killpg(proc.pid, signal.SIGINT)

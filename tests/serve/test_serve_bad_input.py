@@ -62,6 +62,27 @@ CASES = [
     ("too many stop strings", CHAT, chat(stop=["a", "b", "c", "d", "e"]), "stop"),
     ("logprobs above 20", COMPLETIONS, completion(logprobs=21), "logprobs"),
     ("top_logprobs without logprobs", CHAT, chat(top_logprobs=2), "top_logprobs"),
+    # values no field may hold, refused before validation wherever they are
+    ("lone surrogate in a message", CHAT, chat(messages=[{"role": "user", "content": "a\ud800b"}]),
+     "messages.0.content"),
+    ("lone surrogate in a text part", CHAT, chat(messages=[{"role": "user", "content": [
+        {"type": "text", "text": "\udfff"}]}]), "messages.0.content.0.text"),
+    ("lone surrogate in the prompt", COMPLETIONS, completion(prompt="a\ud800b"), "prompt"),
+    ("lone surrogate in a batch prompt", COMPLETIONS, completion(prompt=["ok", "\ud83d"]), "prompt.1"),
+    ("lone surrogate in the model", CHAT, chat(model="a\ud800b"), "model"),
+    ("lone surrogate in a stop string", COMPLETIONS, completion(stop=["\ud800"]), "stop.0"),
+    ("lone surrogate in an unknown key", CHAT, chat(**{"x\ud800": 1}), "x\\ud800"),
+    ("invalid UTF-8 in the body", COMPLETIONS, completion(prompt="caf").replace('"caf"', '"caf\udcff"').encode(
+        "utf-8", "surrogateescape"), "body"),
+    ("temperature past float32", CHAT, chat(temperature=3.5e38), "temperature"),
+    ("temperature 1e308", COMPLETIONS, completion(temperature=1e308), "temperature"),
+    ("streamed temperature 1e308", CHAT, chat(temperature=1e308, stream=True), "temperature"),
+    ("negative overflowing lambda", COMPLETIONS, completion(wedlm_pos_penalty_factor=-1e300),
+     "wedlm_pos_penalty_factor"),
+    ("NaN in an unknown field", CHAT, chat().replace('"max_tokens"', '"extra": [1, NaN], "max_tokens"'), "extra.1"),
+    ("nested 100,000 deep", COMPLETIONS, completion().replace('"max_tokens"', '"x": ' + "[" * 100_000 + "]" * 100_000
+                                                             + ', "max_tokens"'), "body"),
+    ("nested 40 deep", CHAT, chat(x=json.loads("[" * 40 + "]" * 40)), "x" + ".0" * 32),
 ]
 
 

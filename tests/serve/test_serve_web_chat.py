@@ -99,3 +99,35 @@ def test_single_turn_model_sends_each_question_alone(browser, tiny_wedlm, tmp_pa
         ask(page, "two", turn=1)
         page.close()
     assert [m["content"] for m in sent[1]["messages"]] == ["two"]  # the first turn is not sent again
+
+
+def test_web_chat_with_an_api_key(browser, tiny_wedlm):
+    """A keyed server: the page asks for the key, keeps it in localStorage and sends it as a
+    Bearer token with /v1/models and every chat request."""
+    from tests_serve_util import MODEL_NAME, make_llm, running_server
+
+    from wedlm.serve import create_app
+    from wedlm.serve.security import AccessPolicy
+
+    key = "web-chat-key"
+    app = create_app(make_llm(tiny_wedlm), MODEL_NAME, access=AccessPolicy(api_key=key))
+    sent = []
+    with running_server(app) as url:
+        page = browser.new_page()
+        page.on("request", lambda r: sent.append((r.url, r.headers.get("authorization"))) if "/v1/" in r.url else None)
+        page.goto(url + "/")
+        page.wait_for_function("document.querySelector('#model').textContent.includes('no model')")
+        assert "API key" in page.inner_text("#model")
+        set_value(page, "#api-key", key)
+        page.dispatch_event("#api-key", "change")
+        page.wait_for_function("document.querySelector('#model').textContent.includes('wedlm-test')")
+        set_value(page, "#max-tokens", 4)
+        answer = ask(page, "hi", turn=0)
+        assert "tokens/forward" in answer.locator(".meta").inner_text()
+        page.reload()
+        page.wait_for_function("document.querySelector('#model').textContent.includes('wedlm-test')")
+        assert page.input_value("#api-key") == key
+        page.close()
+    chats = [auth for u, auth in sent if u.endswith("/v1/chat/completions")]
+    models = [auth for u, auth in sent if u.endswith("/v1/models")]
+    assert chats == [f"Bearer {key}"] and models == [None, f"Bearer {key}", f"Bearer {key}"]

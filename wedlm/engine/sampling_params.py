@@ -38,6 +38,8 @@ class _ModelDefault:
 
 
 MODEL_DEFAULT = _ModelDefault()
+# Sampling divides float32 logits by the temperature: a larger one overflows to inf.
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 @dataclass
@@ -45,7 +47,7 @@ class SamplingParams:
     """How one request is sampled and decoded.
 
     Attributes:
-        temperature: 0 = greedy; > 0 scales logits before sampling.
+        temperature: 0 = greedy; > 0 scales logits before sampling (at most float32's max).
         top_p: nucleus mass in [0, 1]; 1 = off; 0 keeps only the most likely
             token (the smallest nucleus), so the request decodes greedily.
         top_k: keep the k most likely tokens; 0 (or -1) = off.
@@ -141,8 +143,8 @@ class SamplingParams:
     stop_strings: list[str] = field(init=False, repr=False, default_factory=list)
 
     def __post_init__(self) -> None:
-        self.temperature = _real("temperature", self.temperature, ">= 0 and finite",
-                                 lambda v: 0 <= v < math.inf)
+        self.temperature = _real("temperature", self.temperature, ">= 0 and at most float32's max 3.4028235e38",
+                                 lambda v: 0 <= v <= FLOAT32_MAX)
         self.top_p = _real("top_p", self.top_p, "in [0, 1]", lambda v: 0 <= v <= 1)
         self.top_k = _integer("top_k", self.top_k, ">= 0 (0 or -1 = off)", lambda v: v >= -1)
         self.max_tokens = _integer("max_tokens", self.max_tokens, ">= 1", lambda v: v >= 1)

@@ -15,16 +15,23 @@ even for a model trained on chat-formatted prompts only (generation_config.json'
 requests go to `/v1/chat/completions`. `/v1/models` reports the model folder's
 `single_turn` and `chat_only` under `wedlm`; the web chat reads `single_turn` and then
 sends only the current question each turn (the API itself sends what the client sends).
+
+No request body can crash the server or stall other clients (`limits.py`): bodies are
+parsed and checked off the event loop, prompts that cannot fit are refused from their
+length before tokenizing, tokenizing and chat templates run on one worker thread (the
+private tokenizer is not re-entrant), and prompts x `n` per request and the sequences
+held at once are capped (400 / 429). `security.py` adds the API key, the Host check,
+CORS, and the JSON content type the POST routes require.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -40,9 +47,11 @@ from . import logprobs as lp
 from . import protocol
 from .engine_loop import EngineLoop
 from .errors import APIError, bad_request, error_body, server_error
+from .limits import Admission, PromptBound, ServeLimits, Ticket, parse_json_body
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .prompts import PromptBuilder, private_tokenizer, refusal, sampling_params
 from .schemas import ChatCompletionRequest, CompletionRequest, SamplingFields, param_of
+from .security import AccessPolicy, install_access_control, require_json
 from .streams import RequestGroup, abort_on_disconnect
 
 log = logging.getLogger(__name__)
@@ -50,9 +59,10 @@ STATIC_DIR = Path(__file__).resolve().parent / "static"
 
 
 class Server:
-    """Everything the routes share: the engine loop, metrics, prompt builder."""
+    """Everything the routes share: the engine loop, metrics, prompt builder, limits."""
 
-    def __init__(self, llm: Any, model_name: str, sampling_params_cls: Any = None):
+    def __init__(self, llm: Any, model_name: str, sampling_params_cls: Any = None,
+                 limits: ServeLimits | None = None):
         self.llm = llm
         self.model_name = model_name
         self.created = int(time.time())
@@ -64,34 +74,83 @@ class Server:
         self.prompts = PromptBuilder(private_tokenizer(llm.tokenizer), llm.max_model_len)
         self.token_strings = lp.TokenStrings(private_tokenizer(llm.tokenizer))  # its own: read on the event loop
         self.prompting = prompting(llm)
+        self.bound = PromptBound(self.prompts.tokenizer, llm.max_model_len)
+        self.admission = Admission(limits or ServeLimits())
+        # The one thread that uses the private tokenizer (tokenizing, chat templates, echo).
+        self.tokenizer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wedlm-tokenizer")
 
     # ----- request handling -----
     async def handle(self, request: Request, chat: bool) -> Response:
         """Parse, validate, submit, then stream or collect one API request."""
         endpoint = "chat" if chat else "completions"
+        ticket = None
         try:
-            req = parse_body(await request.body(), ChatCompletionRequest if chat else CompletionRequest)
+            require_json(request)
+            raw = await request.body()
+            req = await asyncio.to_thread(parse_body, raw, ChatCompletionRequest if chat else CompletionRequest)
             self.check_model(req.model)
+            ticket = self.admit(req, chat)
             env = protocol.Envelope(f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}",
                                     self.model_name, chat)
             try:  # the server's checks and the engine's raise the same RequestError(param)
-                prompts = [self.prompts.chat_prompt(req)] if chat else self.prompts.completion_prompts(req)
+                prompts, echo = await self.tokenized(lambda: self.encode(req, chat))
                 params = [[sampling_params(self.sampling_params_cls, req, self.prompts.max_tokens(req, len(ids)),
                                            choice) for choice in range(req.n)] for ids in prompts]
                 group = await self.submit(env.id, prompts, params)
             except ValueError as err:
                 raise refusal(err, req) from err
         except APIError as err:
+            if ticket is not None:
+                ticket.release()
             self.metrics.observe_request(endpoint, err.status)
             return err.response()
-        echo = [self.prompts.decode(ids) for ids in prompts] if getattr(req, "echo", False) else None
+        except BaseException:
+            if ticket is not None:
+                ticket.release()
+            raise
         lengths = [len(ids) for ids in prompts]
         if req.stream:
             self.metrics.observe_request(endpoint, 200)
-            return EngineStream(self.events(group, env, req, echo), group)
-        response = await self.collect(request, group, env, req, lengths, echo)
+            return EngineStream(self.events(group, env, req, echo), group, ticket)
+        try:
+            response = await self.collect(request, group, env, req, lengths, echo)
+        finally:
+            ticket.release()
         self.metrics.observe_request(endpoint, response.status_code)
         return response
+
+    def admit(self, req: SamplingFields, chat: bool) -> Ticket:
+        """The cheap refusals before tokenizing: prompts x n, the prompts' size, then the
+        server's queue (a held `Ticket` for the request's sequences).
+
+        Raises:
+            APIError: 400 naming the field and the limit, 429 when the server is full.
+        """
+        prompts = [None] if chat else req.prompts()
+        self.admission.check_request(len(prompts), req.n)
+        if chat:
+            self.bound.check_count("messages", len(req.messages), "messages")
+            self.bound.check_text("messages", sum(len(m.text()) for m in req.messages), "the messages' content")
+        for prompt in prompts:
+            if isinstance(prompt, str):
+                self.bound.check_text("prompt", len(prompt), "a prompt")
+            elif prompt is not None:
+                self.bound.check_count("prompt", len(prompt), "prompt token ids")
+        return self.admission.reserve(len(prompts) * req.n)
+
+    def encode(self, req: SamplingFields, chat: bool) -> tuple[list[list[int]], list[str] | None]:
+        """(token ids of each prompt, their text for `echo` or None); on the tokenizer thread.
+
+        Raises:
+            RequestError: a prompt or a message the engine's checks refuse (naming the field).
+        """
+        prompts = [self.prompts.chat_prompt(req)] if chat else self.prompts.completion_prompts(req)
+        echo = [self.prompts.decode(ids) for ids in prompts] if getattr(req, "echo", False) else None
+        return prompts, echo
+
+    async def tokenized(self, work: Callable[[], Any]) -> Any:
+        """`work()` on the tokenizer thread, off the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self.tokenizer_thread, work)
 
     def check_model(self, model: str | None) -> None:
         """400 unless `model` is unset or the served model's name."""
@@ -229,16 +288,18 @@ class EngineStream(StreamingResponse):
     first byte means the generator never starts; closing here covers that case too.
     """
 
-    def __init__(self, events: AsyncIterator[str], group: RequestGroup):
+    def __init__(self, events: AsyncIterator[str], group: RequestGroup, ticket: Ticket):
         super().__init__(events, media_type="text/event-stream",
                          headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         self.group = group
+        self.ticket = ticket
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
             self.group.close()
+            self.ticket.release()
 
 
 def decoding_defaults(llm: Any) -> dict[str, Any]:
@@ -274,13 +335,9 @@ def delta_failure(delta: Any) -> str | None:
 
 
 def parse_body(raw: bytes, schema: type[SamplingFields]) -> SamplingFields:
-    """JSON body -> request model; 400 naming the field on any problem."""
-    try:
-        body = json.loads(raw or b"null")
-    except (ValueError, UnicodeDecodeError) as err:
-        raise bad_request("body", f"Invalid JSON in the request body: {err}") from err
-    if not isinstance(body, dict):
-        raise bad_request("body", "The request body must be a JSON object")
+    """JSON body -> request model; 400 naming the field on any problem (`parse_json_body`
+    first: no value that no field may hold reaches pydantic)."""
+    body = parse_json_body(raw)
     try:
         return schema.model_validate(body)
     except ValidationError as err:
@@ -306,26 +363,32 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(error_body(f"{type(err).__name__}: {err}", "server_error"), status_code=500)
 
 
-def create_app(llm: Any, model_name: str | None = None, sampling_params_cls: Any = None) -> FastAPI:
+def create_app(llm: Any, model_name: str | None = None, sampling_params_cls: Any = None,
+               access: AccessPolicy | None = None, limits: ServeLimits | None = None) -> FastAPI:
     """The server for `llm` (a `wedlm.LLM`), announcing it as `model_name`.
 
     Args:
         llm: the engine; the app's engine thread becomes its only user.
         model_name: the `model` clients must send (default: the model folder's name).
         sampling_params_cls: `SamplingParams` factory (default `wedlm.SamplingParams`).
+        access: API key, allowed Host names, CORS origins (default: none of them;
+            `wedlm serve` builds one from its bind address and flags).
+        limits: sequences per request and held at once (default `ServeLimits()`).
     """
     name = model_name or Path(str(getattr(llm, "model_path", "wedlm"))).name
-    server = Server(llm, name, sampling_params_cls)
+    server = Server(llm, name, sampling_params_cls, limits)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         server.engine.start()
         yield
         server.engine.stop()
+        server.tokenizer_thread.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(title="wedlm", summary="OpenAI-compatible WeDLM server", lifespan=lifespan)
     app.state.server = server
     install_error_handlers(app)
+    install_access_control(app, access or AccessPolicy())
     add_routes(app, server)
     return app
 

@@ -82,6 +82,8 @@ class ReplicaSpec:
             CPUs divided by the largest replica count, at least 1 (set by `fit_threads`).
         target_ongoing_requests: autoscaling target per replica (requests held, running or
             waiting in its engine); None = the engine's batch size (`max_num_seqs`, default 64).
+        access, limits: every replica's `AccessPolicy` and `ServeLimits` (`create_app`'s; the
+            Ray proxy passes the client's Host and Authorization headers through unchanged).
 
     Raises:
         ValueError: a count below its minimum, `max_replicas < min_replicas`, or one bound
@@ -96,6 +98,8 @@ class ReplicaSpec:
     max_replicas: int | None = None
     threads: int | None = None
     target_ongoing_requests: int | None = None
+    access: Any = None
+    limits: Any = None
 
     def __post_init__(self) -> None:
         for name, low in (("num_replicas", 1), ("min_replicas", 0), ("max_replicas", 1), ("threads", 1),
@@ -191,7 +195,7 @@ def replica_app(spec: ReplicaSpec) -> Any:
     if spec.threads and not spec.gpus_per_replica:
         torch.set_num_threads(spec.threads)
     llm = LLM(model=spec.model, **spec.engine)
-    app = create_app(llm, spec.served_model_name)
+    app = create_app(llm, spec.served_model_name, access=spec.access, limits=spec.limits)
     app.add_middleware(ReplicaHeader, name=replica_name())
     close_with_app(app, llm)
     return app

@@ -6,10 +6,13 @@
 // several tokens is a parallel commit. Live stats: tokens/forward = tokens / steps so
 // far, tok/s = tokens / seconds since the request; the final usage chunk gives the
 // server's exact decode_forwards, tokens_per_forward and p_cache.
+// A server started with --api-key needs `Authorization: Bearer <key>` on /v1/*: the key typed
+// into the side panel is kept in this browser's localStorage and sent with every API call.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
 const state = { model: null, history: [], controller: null, singleTurn: false };
+const API_KEY_STORE = "wedlm-api-key";
 const SINGLE_TURN_NOTE = "This model was trained on single questions: every message starts a fresh "
   + "conversation; earlier turns are not sent.";
 
@@ -18,10 +21,19 @@ function stepColour(step) {
   return `hsl(${Math.round((step * 137.508) % 360)}, 75%, 84%)`;
 }
 
+// Headers of an API call: the JSON content type for a body, and the stored API key if any.
+function apiHeaders(json) {
+  const headers = json ? { "Content-Type": "application/json" } : {};
+  const key = localStorage.getItem(API_KEY_STORE);
+  if (key) headers["Authorization"] = `Bearer ${key}`;
+  return headers;
+}
+
 async function loadModel() {
   try {
-    const res = await fetch("/v1/models");
+    const res = await fetch("/v1/models", { headers: apiHeaders(false) });
     const body = await res.json();
+    if (!res.ok) throw new Error(body.error ? body.error.message : res.statusText);
     state.model = body.data[0].id;
     $("model").textContent = `${state.model} · context ${body.data[0].max_model_len}`;
     const defaults = body.data[0].wedlm;  // the engine's W, tau and lambda: the controls start there
@@ -33,7 +45,7 @@ async function loadModel() {
       }
       if (typeof defaults.wedlm_pos_penalty_factor === "number") $("lambda").value = defaults.wedlm_pos_penalty_factor;
       state.singleTurn = defaults.single_turn === true;
-      if (state.singleTurn) addMessage("note", SINGLE_TURN_NOTE);
+      if (state.singleTurn && !document.querySelector(".msg.note")) addMessage("note", SINGLE_TURN_NOTE);
     }
   } catch (err) {
     $("model").textContent = `no model: ${err}`;
@@ -118,7 +130,7 @@ async function streamAnswer(div, messages) {
   let finish = null;
   const response = await fetch("/v1/chat/completions", {
     method: "POST",
-    headers: { "Content-Type": "application/json" },
+    headers: apiHeaders(true),
     body: JSON.stringify(requestBody(messages)),
     signal: state.controller.signal,
   });
@@ -206,6 +218,13 @@ function init() {
   $("stop").addEventListener("click", () => state.controller && state.controller.abort());
   $("reset").addEventListener("click", reset);
   $("tau").addEventListener("input", () => { $("tau-out").textContent = Number($("tau").value).toFixed(2); });
+  $("api-key").value = localStorage.getItem(API_KEY_STORE) || "";
+  $("api-key").addEventListener("change", () => {
+    const key = $("api-key").value.trim();
+    if (key) localStorage.setItem(API_KEY_STORE, key);
+    else localStorage.removeItem(API_KEY_STORE);
+    loadModel();
+  });
   loadModel();
 }
 
