@@ -43,6 +43,7 @@ from .request import Sequence
 from .runner import EngineDeadError, ForwardItem, ForwardOutput, ModelRunner
 from .sampling import make_generator
 from .scheduler import ScheduledSeq, Scheduler
+from .structured import backend_for
 
 log = logging.getLogger("wedlm.engine")
 
@@ -113,6 +114,8 @@ class Engine:
         window = params.wedlm_window_size or self.window_size
         self._check(ids, params, window)
         seq = new_sequence(request_id, ids, params, window, self.stop_ids, self.tokenizer, stream)
+        if params.structured is not None:
+            seq.grammar = self._grammar_state(params, seq.stop_ids)
         if not params.greedy:
             seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
             seq.generator = make_generator(seed, self.runner.device)
@@ -135,6 +138,20 @@ class Engine:
             raise RequestError("max_tokens", f"request needs up to {need} KV blocks (prompt {n} + max_tokens "
                                              f"{params.max_tokens}); the cache has "
                                              f"num_kv_blocks={self.block_manager.num_blocks}")
+
+    def _grammar_state(self, params, stop_ids: frozenset[int]):
+        """The matcher of a constrained request (its grammar compiled once per text, `structured.py`).
+
+        Raises:
+            RequestError (param "structured"): no tokenizer, or no stop id to end the answer with.
+        """
+        if self.tokenizer is None or not stop_ids:
+            raise RequestError("structured", "structured outputs need the model folder's tokenizer and a stop id")
+        never = {i for i in self.tokenizer.all_special_ids if i not in stop_ids}
+        if self.mask_token_id is not None:
+            never.add(self.mask_token_id)
+        backend = backend_for(self.tokenizer, self.model.config.vocab_size, never)
+        return backend.state(params.structured, stop_ids)
 
     def abort(self, request_id: str) -> StreamDelta | None:
         """Stop a request and free its blocks.

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from .defaults import DECODERS, DEFAULTS, FALLBACKS, check_knob
 from .errors import RequestError
+from .structured import StructuredOutputs
 
 
 class _ModelDefault:
@@ -78,6 +79,11 @@ class SamplingParams:
             "wedlm" for a model with a [MASK] token, "ar" for a plain AR model.
         wedlm_window_size: per-request window W (>= 1); None = the engine's.
         seed: per-request RNG seed; the same seed gives the same output.
+        structured: constrain the answer to a JSON schema, any JSON object, a regex or one of
+            a list of strings: a `StructuredOutputs` or a dict of its fields (`{"regex": ...}`);
+            every decoder then returns only answers the grammar accepts (`engine/structured.py`,
+            docs/serving.md "Structured outputs"). Needs `pip install 'wedlm[structured]'`;
+            not with `ignore_eos` (the grammar ends an answer with a stop token).
 
     Names: each WeDLM knob has one name, the official `wedlm` package's, used by
     this class, `LLM(wedlm_window_size=...)`, generation_config.json and the
@@ -108,6 +114,7 @@ class SamplingParams:
     decoding: str | _ModelDefault = MODEL_DEFAULT
     wedlm_window_size: int | None = None
     seed: int | None = None
+    structured: StructuredOutputs | dict | None = None
     stop_strings: list[str] = field(init=False, repr=False, default_factory=list)
 
     def __post_init__(self) -> None:
@@ -143,6 +150,10 @@ class SamplingParams:
         _check(all(_is_int(i) and i >= 0 for i in ids), "stop_token_ids",
                f"stop_token_ids must be non-negative integers, got {self.stop_token_ids!r}")
         self.stop_token_ids = [int(i) for i in ids]
+        if self.structured is not None:
+            self.structured = _structured(self.structured)
+            _check(not self.ignore_eos, "structured", "structured cannot be combined with ignore_eos: "
+                                                      "a constrained answer ends with a stop token")
 
     @property
     def greedy(self) -> bool:
@@ -161,6 +172,19 @@ class SamplingParams:
 def _check(ok: bool, param: str, message: str) -> None:
     if not ok:
         raise RequestError(param, message)
+
+
+def _structured(value) -> StructuredOutputs:
+    """`structured` as a `StructuredOutputs` (built, and so checked, from a dict)."""
+    if isinstance(value, StructuredOutputs):
+        return value
+    _check(isinstance(value, dict), "structured",
+           f"structured must be a StructuredOutputs or a dict, got {type(value).__name__}")
+    try:
+        return StructuredOutputs(**value)
+    except TypeError:
+        raise RequestError("structured", f"structured takes the keys json_schema, json_object, regex, choice; "
+                                         f"got {sorted(value)}") from None
 
 
 def _is_int(value) -> bool:

@@ -34,6 +34,7 @@ import torch
 from ..request import Sequence
 from ..sampling import RowScores, probabilities, sample
 from .base import Decoder, StepResult, WindowPlan
+from .constrain import verify_rows
 from .fill import below_tau, draw, fill_scores
 
 
@@ -64,7 +65,9 @@ class VerifiedDecoder(Decoder):
         drafts = [t for t in seq.window if t is not None]
         m = len(drafts)
         targets = logits[: m + 1]  # AR heads of the anchor and the drafts
-        if seq.params.greedy:
+        if seq.grammar is not None:
+            accepted, last = _verify_constrained(drafts, targets, seq)
+        elif seq.params.greedy:
             accepted, last = _verify_greedy(drafts, argmax[: m + 1])
         else:
             accepted, last = _verify_sampled(drafts, targets, seq)
@@ -109,6 +112,22 @@ def _verify_greedy(drafts: list[int], target_ids: list[int]) -> tuple[int, int]:
     return j, target_ids[j]
 
 
+def _verify_constrained(drafts: list[int], targets: torch.Tensor, seq: Sequence) -> tuple[int, int]:
+    """The greedy or sampled rule on the AR rows masked by the grammar (structured outputs).
+
+    Only the n drafts the grammar accepts can be accepted. Greedy: the rule on drafts[:n] and the
+    masked argmax (a rejected draft n is never the masked argmax). Sampling: draft n, when there
+    is one, stays in so that its rejection (target probability 0) draws from the residual; the
+    row after it is never read and repeats row n.
+    """
+    n, rows = verify_rows(seq, drafts, targets)
+    if seq.params.greedy:
+        return _verify_greedy(drafts[:n], rows.argmax(-1).tolist())
+    if n < len(drafts):
+        return _verify_sampled(drafts[:n + 1], torch.cat([rows, rows[-1:]]), seq)
+    return _verify_sampled(drafts, rows, seq)
+
+
 def _verify_sampled(drafts: list[int], target_logits: torch.Tensor, seq: Sequence) -> tuple[int, int]:
     """Speculative sampling (accept with min(1, p/q), else resample from the residual)."""
     p = probabilities(target_logits, seq.params)  # [m + 1, V]
@@ -116,7 +135,7 @@ def _verify_sampled(drafts: list[int], target_logits: torch.Tensor, seq: Sequenc
     gen = seq.generator
     for j, d in enumerate(drafts):
         u = torch.rand((), generator=gen, device=p.device)
-        if u * q[j, d] <= p[j, d]:
+        if p[j, d] > 0 and u * q[j, d] <= p[j, d]:  # p = 0: never accepted, even when u = 0
             continue
         residual = (p[j] - q[j]).clamp_min(0)
         if residual.sum() <= 0:

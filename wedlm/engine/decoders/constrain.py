@@ -1,0 +1,54 @@
+"""Structured outputs inside the decoders: grammar masks and checks of filled runs (`structured.py`).
+
+A constrained sequence carries `seq.grammar`, its matcher advanced along the committed output.
+The decoders call these helpers only for such sequences; an unconstrained one never reaches them.
+
+* `ar` masks the one new position's logits.
+* `wedlm` / `blockwise` (`fill_masks`): the leftmost mask follows the window's leading filled run
+  (valid, see below), so its exact next-token mask is known: its row is masked before the fill
+  rule scores it. Masks further right would need every slot before them known, so their fills
+  are candidates: after each fill, the leading filled run is checked by accepting it on the
+  matcher and rolling back, and the first token the grammar rejects goes back to [MASK]. The
+  leading run, the only part ever committed, is therefore always a valid continuation, and a stop
+  token in it was accepted only where the grammar may end.
+* `verified`: the AR rows that judge the drafts are masked along the drafts (`verify_rows`), so
+  the greedy answer is constrained `ar`'s token for token, and a draft the grammar rejects has
+  target probability 0 and is always rejected (the residual keeps sampling exact).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..request import Sequence
+
+
+def mask_leftmost(seq: Sequence, slots: list[int], logits: torch.Tensor) -> torch.Tensor:
+    """A copy of logits [n, V] (row 0 = the leftmost mask, window slot `slots[0]`) with row 0
+    masked to the tokens the grammar allows after the committed output and window[:slots[0]]."""
+    run = seq.window[:slots[0]]
+    out = logits.clone()
+    out[0] = seq.grammar.mask_logits(logits[0], run)
+    return out
+
+
+def drop_rejected(seq: Sequence) -> None:
+    """Put [MASK] back at the first slot of the window's leading filled run the grammar rejects."""
+    window = seq.window
+    n = 0
+    while n < len(window) and window[n] is not None:
+        n += 1
+    valid = seq.grammar.valid_prefix(window[:n])
+    if valid < n:
+        window[valid] = None
+
+
+def verify_rows(seq: Sequence, drafts: list[int], targets: torch.Tensor) -> tuple[int, torch.Tensor]:
+    """The AR rows targets [m + 1, V] masked along the drafts.
+
+    Returns (n, rows [n + 1, V]): n = how many leading drafts the grammar accepts; row j is
+    masked to what the grammar allows after the committed output and drafts[:j].
+    """
+    n = seq.grammar.valid_prefix(drafts)
+    rows = torch.stack([seq.grammar.mask_logits(targets[j], drafts[:j]) for j in range(n + 1)])
+    return n, rows
