@@ -41,7 +41,7 @@ class BackendMissingError(RequestError):
     """Structured outputs were asked for but xgrammar is not installed."""
 
     def __init__(self, param: str) -> None:
-        super().__init__(param, f"{param}: structured outputs need the grammar backend; {INSTALL_HINT}")
+        super().__init__(param, f"structured outputs need the grammar backend: {INSTALL_HINT}")
 
 
 def load_backend(param: str = "structured") -> Any:
@@ -86,7 +86,7 @@ class StructuredOutputs:
         try:
             grammar(xgr, kind, self.text)
         except (RuntimeError, ValueError) as err:
-            raise RequestError(f"structured.{kind}", f"structured.{kind} is not a valid {_WHAT[kind]}: "
+            raise RequestError(f"structured.{kind}", f"{kind} is not a valid {_WHAT[kind]}: "
                                                      f"{_first_line(err)}") from None
 
     @property

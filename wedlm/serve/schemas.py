@@ -4,7 +4,8 @@ The models follow OpenAI's `/v1/completions` and `/v1/chat/completions` fields a
 accept the WeDLM knobs as extra body fields (`decoding`, `wedlm_window_size`,
 `wedlm_entropy_threshold`, `wedlm_pos_penalty_factor`, `wedlm_stop_by_ar`, `wedlm_stop_in_run`,
 `top_k`, `stop_token_ids`, `ignore_eos`, `wedlm_trace`), which the official `openai` client sends
-through `extra_body`. Unknown extra fields are tolerated, as OpenAI-compatible servers usually
+through `extra_body`, and the structured-output fields (`response_format`, vLLM's
+`structured_outputs` / `guided_json` / `guided_regex` / `guided_choice`: `structured.py`). Unknown extra fields are tolerated, as OpenAI-compatible servers usually
 do. Range checks live here so a bad request fails before it reaches the engine (the WeDLM
 knobs through `check_knob`, so the library and the CLI give the same message), and `param_of`
 turns a pydantic error into the OpenAI error's `param` (the offending field's name).
@@ -14,9 +15,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from ..engine.defaults import DECODERS, DEFAULTS, check_knob
+from .structured import FIELDS as STRUCTURED_FIELDS
+from .structured import one_of, read_field
 
 MAX_N = 16
 MAX_STOP_STRINGS = 4
@@ -56,6 +59,23 @@ class SamplingFields(BaseModel):
     ignore_eos: bool = False
     # Adds a `wedlm` object (decode step index, token ids) to every streamed choice.
     wedlm_trace: bool = False
+    # Structured outputs (serve/structured.py): each is read into a checked StructuredOutputs or None.
+    response_format: Any = None
+    structured_outputs: Any = None
+    guided_json: Any = None
+    guided_regex: Any = None
+    guided_choice: Any = None
+
+    @field_validator(*STRUCTURED_FIELDS, mode="before")
+    @classmethod
+    def _structured(cls, value: Any, info: ValidationInfo) -> Any:
+        """A bad schema or regex fails here, naming its field, before anything is queued."""
+        return read_field(info.field_name, value)
+
+    @model_validator(mode="after")
+    def _one_structured(self) -> SamplingFields:
+        one_of({name: getattr(self, name) for name in STRUCTURED_FIELDS})
+        return self
 
     @field_validator(*DEFAULTS, mode="before")
     @classmethod
@@ -104,6 +124,9 @@ class SamplingFields(BaseModel):
             kwargs["ignore_eos"] = True
         if self.stop is not None:
             kwargs["stop"] = self.stop_list()
+        structured = one_of({name: getattr(self, name) for name in STRUCTURED_FIELDS})
+        if structured is not None:
+            kwargs["structured"] = structured
         return kwargs
 
     def include_usage(self) -> bool:
