@@ -102,11 +102,21 @@ class StructuredOutputs:
     def text(self) -> str:
         """The constraint as text: the cache key of its compiled grammar (with `kind`)."""
         value = getattr(self, self.kind)
-        if self.kind == "json_schema" and not isinstance(value, str):
-            return json.dumps(value, sort_keys=True, separators=(",", ":"))
+        if self.kind == "json_schema":  # one text per schema, however it was spelled
+            return json.dumps(_parsed(value), sort_keys=True, separators=(",", ":"))
         if self.kind == "choice":
             return json.dumps(list(value), ensure_ascii=False)
         return "" if self.kind == "json_object" else value
+
+
+def _parsed(schema: dict | str) -> Any:
+    """A schema given as text, parsed (the text itself when it is not JSON: the backend says why)."""
+    if not isinstance(schema, str):
+        return schema
+    try:
+        return json.loads(schema)
+    except ValueError:
+        return schema
 
 
 _WHAT = {"json_schema": "JSON schema", "json_object": "flag", "regex": "regular expression",
