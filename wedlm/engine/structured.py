@@ -283,6 +283,15 @@ class GrammarState:
         shifts = torch.arange(32, dtype=torch.int32)
         return ((bits[:, None] >> shifts) & 1).bool().reshape(-1)[: self.vocab_size]
 
+    def forced(self, run: list[int]) -> int | None:
+        """The one token the grammar allows after the committed output plus `run` (a run it
+        accepts), or None when it allows several, or `run` holds a stop token."""
+        allowed = self.allowed(run)
+        if allowed is None:
+            return None
+        ids = allowed.nonzero()
+        return int(ids[0, 0]) if ids.shape[0] == 1 else None
+
     def mask_logits(self, logits: Any, run: list[int]) -> Any:
         """A copy of logits float [V] or [1, V] with every token the grammar forbids after
         the committed output plus `run` set to -inf (unchanged after a stop token in `run`)."""

@@ -10,7 +10,9 @@ The decoders call these helpers only for such sequences; an unconstrained one ne
   are candidates: after each fill, the leading filled run is checked by accepting it on the
   matcher and rolling back, and the first token the grammar rejects goes back to [MASK]. The
   leading run, the only part ever committed, is therefore always a valid continuation, and a stop
-  token in it was accepted only where the grammar may end.
+  token in it was accepted only where the grammar may end. A mask right after the run whose
+  token the grammar forces (JSON punctuation, a key, the rest of a choice) is filled with it in
+  the same step, so forced text costs no forward of its own.
 * `verified`: the AR rows that judge the drafts are masked along the drafts (`verify_rows`), so
   the greedy answer is constrained `ar`'s token for token, and a draft the grammar rejects has
   target probability 0 and is always rejected (the residual keeps sampling exact).
@@ -32,15 +34,30 @@ def mask_leftmost(seq: Sequence, slots: list[int], logits: torch.Tensor) -> torc
     return out
 
 
-def drop_rejected(seq: Sequence) -> None:
-    """Put [MASK] back at the first slot of the window's leading filled run the grammar rejects."""
+def settle_window(seq: Sequence) -> None:
+    """After a fill: put [MASK] back at the first slot of the leading filled run the grammar
+    rejects, then fill every mask right after the run whose token the grammar forces (the one
+    token it allows: what sampling under its mask would draw), checking again past each."""
     window = seq.window
+    while True:
+        n = _leading(window)
+        valid = seq.grammar.valid_prefix(window[:n])
+        if valid < n:
+            window[valid] = None
+            n = valid
+        if n == len(window):
+            return
+        forced = seq.grammar.forced(window[:n])
+        if forced is None:
+            return
+        window[n] = forced
+
+
+def _leading(window: list[int | None]) -> int:
     n = 0
     while n < len(window) and window[n] is not None:
         n += 1
-    valid = seq.grammar.valid_prefix(window[:n])
-    if valid < n:
-        window[valid] = None
+    return n
 
 
 def verify_rows(seq: Sequence, drafts: list[int], targets: torch.Tensor) -> tuple[int, torch.Tensor]:
