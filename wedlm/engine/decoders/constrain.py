@@ -15,7 +15,9 @@ The decoders call these helpers only for such sequences; an unconstrained one ne
   the same step, so forced text costs no forward of its own.
 * `verified`: the AR rows that judge the drafts are masked along the drafts (`verify_rows`), so
   the greedy answer is constrained `ar`'s token for token, and a draft the grammar rejects has
-  target probability 0 and is always rejected (the residual keeps sampling exact).
+  target probability 0 and is always rejected (the residual keeps sampling exact). Tokens the
+  grammar forces after the drafts become drafts too (`with_forced`), drawn from a one-hot q:
+  the masked target is the same one-hot, so they are always accepted and sampling stays exact.
 """
 
 from __future__ import annotations
@@ -69,3 +71,29 @@ def verify_rows(seq: Sequence, drafts: list[int], targets: torch.Tensor) -> tupl
     n = seq.grammar.valid_prefix(drafts)
     rows = torch.stack([seq.grammar.mask_logits(targets[j], drafts[:j]) for j in range(n + 1)])
     return n, rows
+
+
+def with_forced(seq: Sequence, committed: list[int], drafts: list[int], q: torch.Tensor | None, limit: int,
+                logits: torch.Tensor) -> tuple[list[int], torch.Tensor | None]:
+    """`drafts` (after the tokens `committed` this step) extended by the tokens the grammar forces
+    after them, at most `limit` drafts in all, when the grammar accepts every draft.
+
+    Returns the drafts and their q rows [n, V] (one-hot rows for the forced ones, on the device
+    of `logits` [*, V]; None when greedy).
+    """
+    run = list(committed) + list(drafts)
+    if seq.grammar.valid_prefix(run) < len(run):
+        return drafts, q
+    forced: list[int] = []
+    while len(drafts) + len(forced) < limit:
+        token = seq.grammar.forced(run + forced)
+        if token is None:
+            break
+        forced.append(token)
+    if not forced:
+        return drafts, q
+    if not seq.params.greedy:
+        one_hot = torch.zeros(len(forced), logits.shape[-1], device=logits.device)
+        one_hot[torch.arange(len(forced)), torch.tensor(forced)] = 1.0
+        q = one_hot if q is None else torch.cat([q, one_hot.to(q.dtype)])
+    return list(drafts) + forced, q

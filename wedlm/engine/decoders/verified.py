@@ -34,7 +34,7 @@ import torch
 from ..request import Sequence
 from ..sampling import RowScores, probabilities, sample
 from .base import Decoder, StepResult, WindowPlan
-from .constrain import verify_rows
+from .constrain import verify_rows, with_forced
 from .fill import below_tau, draw, fill_scores
 
 
@@ -78,6 +78,8 @@ class VerifiedDecoder(Decoder):
             new_drafts, q = self._draft(seq, logits[m + 2:], min(seq.window_size - 1, budget),
                                         len(seq.tokens) + len(committed),
                                         scores=None if scores is None else scores[m + 2:])
+        if seq.grammar is not None:  # structured outputs: tokens the grammar forces are drafts too
+            new_drafts, q = with_forced(seq, committed, new_drafts, q, min(seq.window_size - 1, budget), logits)
         n_masks = min(seq.window_size, budget - len(new_drafts))
         seq.window = list(new_drafts) + [None] * max(0, n_masks)
         seq.decoder_state = DraftState(q)
