@@ -129,6 +129,7 @@ def test_random_model_with_batching_prefix_caching_and_preemption(tiny_path, dec
         else:
             assert o["text"] in s.choice
     assert [ref.generate([q], p)[0]["token_ids"] for q, p in zip(prompts, params)] == [o["token_ids"] for o in outs]
+    assert ref.metrics()["prefix_cache_hit_tokens"] > 0  # one by one, the shared prefix came from the cache
 
 
 def test_compiled_grammars_are_cached_by_text(shipped):
