@@ -143,7 +143,8 @@ class Engine:
         """The matcher of a constrained request (its grammar compiled once per text, `structured.py`).
 
         Raises:
-            RequestError (param "structured"): no tokenizer, or no stop id to end the answer with.
+            RequestError (param "structured"): no tokenizer, no stop id to end the answer with, or
+                a grammar the backend cannot compile against this vocabulary.
         """
         if self.tokenizer is None or not stop_ids:
             raise RequestError("structured", "structured outputs need the model folder's tokenizer and a stop id")
@@ -151,7 +152,10 @@ class Engine:
         if self.mask_token_id is not None:
             never.add(self.mask_token_id)
         backend = backend_for(self.tokenizer, self.model.config.vocab_size, never)
-        return backend.state(params.structured, stop_ids)
+        try:
+            return backend.state(params.structured, stop_ids)
+        except RuntimeError as err:  # the backend refused it against this vocabulary
+            raise RequestError("structured", f"structured: cannot compile for this tokenizer: {err}") from None
 
     def abort(self, request_id: str) -> StreamDelta | None:
         """Stop a request and free its blocks.
