@@ -138,8 +138,18 @@ def test_compiled_grammars_are_cached_by_text(shipped):
     assert backend_for(tok, 4096, {1, 3}) is first  # one backend per tokenizer
     hits, misses = first.hits, first.misses
     a = first.compiled(StructuredOutputs(json_schema={"type": "object", "properties": {"q": {"type": "string"}}}))
-    b = first.compiled(StructuredOutputs(json_schema='{"properties": {"q": {"type": "string"}}, "type": "object"}'))
+    b = first.compiled(StructuredOutputs(json_schema='{"type":"object",  "properties": {"q":{"type": "string"}}}'))
     assert a is b and (first.hits, first.misses) == (hits + 1, misses + 1)
+    c = first.compiled(StructuredOutputs(json_schema={"properties": {"q": {"type": "string"}}, "type": "object"}))
+    assert c is not a and first.misses == misses + 2  # key order is part of the schema's text
+
+
+def test_properties_come_in_the_schema_order(shipped):
+    schema = {"type": "object", "properties": {"question": {"enum": ["q"]}, "answer": {"type": "integer"}},
+              "required": ["question", "answer"], "additionalProperties": False}
+    p = SamplingParams(temperature=0, max_tokens=24, structured={"json_schema": schema})
+    text = shipped.generate([chat(shipped, "What is 47 + 38?")], p)[0]["text"]
+    assert text.startswith('{"question": "q", "answer": '), text
 
 
 @pytest.mark.parametrize("fields,param", [

@@ -102,8 +102,8 @@ class StructuredOutputs:
     def text(self) -> str:
         """The constraint as text: the cache key of its compiled grammar (with `kind`)."""
         value = getattr(self, self.kind)
-        if self.kind == "json_schema":  # one text per schema, however it was spelled
-            return json.dumps(_parsed(value), sort_keys=True, separators=(",", ":"))
+        if self.kind == "json_schema":  # one text per schema, however it was spaced (key order kept:
+            return json.dumps(_parsed(value), separators=(",", ":"))  # properties are generated in it)
         if self.kind == "choice":
             return json.dumps(list(value), ensure_ascii=False)
         return "" if self.kind == "json_object" else value
