@@ -79,7 +79,7 @@ class StructuredOutputs:
 
     def __post_init__(self) -> None:
         kind = self.kind
-        if self.choice is not None:
+        if isinstance(self.choice, (list, tuple)):
             object.__setattr__(self, "choice", tuple(self.choice))
         _check_shape(self, kind)
         xgr = load_backend(f"structured.{kind}")
@@ -131,7 +131,8 @@ def _check_shape(s: StructuredOutputs, kind: str) -> None:
         raise RequestError(param, f"{param} must be true or unset, got {s.json_object!r}")
     if kind == "regex" and not (isinstance(s.regex, str) and s.regex):
         raise RequestError(param, f"{param} must be a non-empty string, got {s.regex!r}")
-    if kind == "choice" and not (s.choice and all(isinstance(c, str) and c for c in s.choice)):
+    if kind == "choice" and not (isinstance(s.choice, tuple) and s.choice
+                                 and all(isinstance(c, str) and c for c in s.choice)):
         raise RequestError(param, f"{param} must be a non-empty list of non-empty strings, got {s.choice!r}")
 
 
