@@ -98,3 +98,11 @@ def test_missing_backend_is_a_400(base_url, monkeypatch):
     assert r.status_code == 400
     error = r.json()["error"]
     assert error["param"] == "guided_regex" and "wedlm[structured]" in error["message"]
+
+
+def test_a_constrained_answer_cut_by_max_tokens_finishes_with_length(base_url):
+    fmt = {"type": "json_schema", "json_schema": {"name": "pair", "schema": ENUM_SCHEMA}}
+    r = post(base_url, CHAT, response_format=fmt, max_tokens=3)
+    choice = r.json()["choices"][0]
+    assert choice["finish_reason"] == "length" and r.json()["usage"]["completion_tokens"] == 3
+    assert choice["message"]["content"] == '{"a'
