@@ -131,3 +131,30 @@ def test_web_chat_with_an_api_key(browser, tiny_wedlm):
     chats = [auth for u, auth in sent if u.endswith("/v1/chat/completions")]
     models = [auth for u, auth in sent if u.endswith("/v1/models")]
     assert chats == [f"Bearer {key}"] and models == [None, f"Bearer {key}", f"Bearer {key}"]
+
+
+def test_a_json_schema_in_the_web_chat_constrains_the_answer(browser, base_url):
+    """The schema box becomes response_format; the answer parses and fits the schema; bad JSON in
+    the box is an error shown in the chat, nothing sent."""
+    import json
+
+    schema = {"type": "object", "properties": {"a": {"enum": ["x", "yy"]}}, "required": ["a"],
+              "additionalProperties": False}
+    page = browser.new_page()
+    sent = []
+    page.on("request", lambda r: sent.append(r.post_data_json) if r.url.endswith("/chat/completions") else None)
+    page.goto(base_url + "/")
+    page.wait_for_function("document.querySelector('#model').textContent.includes('wedlm-test')")
+    set_value(page, "#max-tokens", 24)
+    set_value(page, "#temperature", 0)
+    page.fill("#schema", json.dumps(schema))
+    answer = ask(page, "Pick one.", turn=0)
+    assert sent[-1]["response_format"]["json_schema"]["schema"] == schema
+    text = "".join(answer.locator(".step").nth(i).inner_text() for i in range(answer.locator(".step").count()))
+    assert json.loads(text)["a"] in ("x", "yy")
+    page.fill("#schema", "{not json")
+    page.fill("#prompt", "Again.")
+    page.press("#prompt", "Enter")
+    page.locator(".msg.assistant.error").wait_for(timeout=10_000)
+    assert "not valid JSON" in page.locator(".msg.assistant.error").inner_text() and len(sent) == 1
+    page.close()

@@ -27,10 +27,12 @@ from .options import (
     sampling_params_from_args,
     stop_note,
 )
+from .structured import add_structured_args, with_structured
 
 EXAMPLES = """examples:
   wedlm generate --chat "Count from 1 to 20." --temperature 0
   wedlm generate --chat "What is 47 + 38?" --decoding verified --json
+  wedlm generate --chat "Count from 1 to 5." --temperature 0 --regex "\\d+(, \\d+)*"
   echo "Reverse the list: Mia, Ben, Sam." | wedlm generate - --chat --threshold 0.6 --window-size 8
   wedlm generate --chat "What is 47 + 38?" --temperature 0 --logprobs 2
 """
@@ -61,6 +63,7 @@ def add_parser(subparsers: Any) -> None:
                              "alternatives (on stderr after the text; in the object with --json)")
     add_engine_args(parser)
     add_sampling_args(parser)
+    add_structured_args(parser)
     parser.set_defaults(func=run)
 
 
@@ -88,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     """Generate and print; 2 on a usage error (bad prompt source or parameter)."""
     try:
         prompt = read_prompt(args)
-        params = sampling_params_from_args(args)
+        params = with_structured(args, sampling_params_from_args(args))
     except (OSError, ValueError) as err:
         raise UsageError(str(err)) from None
     llm = load_llm(args, "generate")

@@ -36,6 +36,8 @@ def commit_tokens(seq: Sequence, committed: list[int], num_valid: int) -> tuple[
             reason = "length"
             break
     seq.num_cached += min(num_valid, len(added))
+    if seq.grammar is not None:
+        seq.grammar.advance(added)
     return added, reason
 
 

@@ -45,6 +45,7 @@ from .request import Sequence
 from .runner import EngineDeadError, ForwardItem, ForwardOutput, ModelRunner
 from .sampling import make_generator
 from .scheduler import ScheduledSeq, Scheduler
+from .structured import backend_for
 
 log = logging.getLogger("wedlm.engine")
 
@@ -118,6 +119,8 @@ class Engine:
         if params.prompt_logprobs is not None:
             seq.prompt_logprobs = prompt_logprobs(self.model, ids, params.prompt_logprobs, self.mask_token_id,
                                                   getattr(self.runner, "autocast", None))
+        if params.structured is not None:
+            seq.grammar = self._grammar_state(params, seq.stop_ids)
         if not params.greedy:
             seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
             seq.generator = make_generator(seed, self.runner.device)
@@ -147,6 +150,24 @@ class Engine:
         if params.prompt_logprobs is not None and self.config.tensor_parallel_size > 1:
             raise RequestError("prompt_logprobs", "prompt_logprobs needs the whole model in this process; "
                                                   "run with tensor_parallel_size=1")
+
+    def _grammar_state(self, params, stop_ids: frozenset[int]):
+        """The matcher of a constrained request (its grammar compiled once per text, `structured.py`).
+
+        Raises:
+            RequestError (param "structured"): no tokenizer, no stop id to end the answer with, or
+                a grammar the backend cannot compile against this vocabulary.
+        """
+        if self.tokenizer is None or not stop_ids:
+            raise RequestError("structured", "structured outputs need the model folder's tokenizer and a stop id")
+        never = {i for i in self.tokenizer.all_special_ids if i not in stop_ids}
+        if self.mask_token_id is not None:
+            never.add(self.mask_token_id)
+        backend = backend_for(self.tokenizer, self.model.config.vocab_size, never)
+        try:
+            return backend.state(params.structured, stop_ids)
+        except RuntimeError as err:  # the backend refused it against this vocabulary
+            raise RequestError("structured", f"structured: cannot compile for this tokenizer: {err}") from None
 
     def abort(self, request_id: str) -> StreamDelta | None:
         """Stop a request and free its blocks.

@@ -59,6 +59,7 @@ class Sequence:
     last_block_key: int = -1
     window: list[int | None] = field(default_factory=list)
     decoder_state: Any = None
+    grammar: Any = None  # structured.GrammarState of a constrained request: the committed output's matcher
     generator: Any = None
     detokenizer: Any = None
     step_index: int = 0

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from .controls import check_control
 from .defaults import DECODERS, DEFAULTS, FALLBACKS, check_knob
 from .errors import RequestError
+from .structured import StructuredOutputs
 
 
 class _ModelDefault:
@@ -98,6 +99,12 @@ class SamplingParams:
         prompt_logprobs: None = off; k in [0, 20] returns the log-probability of every
             prompt token after the first, from one teacher-forced forward, with k alternatives.
 
+        structured: constrain the answer to a JSON schema, any JSON object, a regex or one of
+            a list of strings: a `StructuredOutputs` or a dict of its fields (`{"regex": ...}`);
+            every decoder then returns only answers the grammar accepts (`engine/structured.py`,
+            docs/serving.md "Structured outputs"). Needs `pip install 'wedlm[structured]'`;
+            not with `ignore_eos` (the grammar ends an answer with a stop token).
+
     The logit controls (logit_bias, the three penalties, min_tokens) act on every
     logits row a decoder samples or fills from, before entropy, argmax and sampling,
     in that order (`logits_processors.py`); tokens "generated so far" for a window slot
@@ -140,6 +147,7 @@ class SamplingParams:
     min_tokens: int = 0
     logprobs: int | None = None
     prompt_logprobs: int | None = None
+    structured: StructuredOutputs | dict | None = None
     stop_strings: list[str] = field(init=False, repr=False, default_factory=list)
 
     def __post_init__(self) -> None:
@@ -181,6 +189,10 @@ class SamplingParams:
         self.logit_bias = check_control("logit_bias", self.logit_bias) or None
         _check(self.min_tokens <= self.max_tokens, "min_tokens",
                f"min_tokens must be <= max_tokens ({self.max_tokens}), got {self.min_tokens}")
+        if self.structured is not None:
+            self.structured = _structured(self.structured)
+            _check(not self.ignore_eos, "structured", "structured cannot be combined with ignore_eos: "
+                                                      "a constrained answer ends with a stop token")
 
     @property
     def greedy(self) -> bool:
@@ -205,6 +217,19 @@ class SamplingParams:
 def _check(ok: bool, param: str, message: str) -> None:
     if not ok:
         raise RequestError(param, message)
+
+
+def _structured(value) -> StructuredOutputs:
+    """`structured` as a `StructuredOutputs` (built, and so checked, from a dict)."""
+    if isinstance(value, StructuredOutputs):
+        return value
+    _check(isinstance(value, dict), "structured",
+           f"structured must be a StructuredOutputs or a dict, got {type(value).__name__}")
+    try:
+        return StructuredOutputs(**value)
+    except TypeError:
+        raise RequestError("structured", f"structured takes the keys json_schema, json_object, regex, choice; "
+                                         f"got {sorted(value)}") from None
 
 
 def _is_int(value) -> bool:

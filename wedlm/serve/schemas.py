@@ -4,7 +4,8 @@ The models follow OpenAI's `/v1/completions` and `/v1/chat/completions` fields a
 accept the WeDLM knobs as extra body fields (`decoding`, `wedlm_window_size`,
 `wedlm_entropy_threshold`, `wedlm_pos_penalty_factor`, `wedlm_stop_by_ar`, `wedlm_stop_in_run`,
 `top_k`, `stop_token_ids`, `ignore_eos`, `wedlm_trace`), which the official `openai` client sends
-through `extra_body`. Unknown extra fields are tolerated, as OpenAI-compatible servers usually
+through `extra_body`, and the structured-output fields (`response_format`, vLLM's
+`structured_outputs` / `guided_json` / `guided_regex` / `guided_choice`: `structured.py`). Unknown extra fields are tolerated, as OpenAI-compatible servers usually
 do. Range checks live here so a bad request fails before it reaches the engine (the WeDLM
 knobs through `check_knob`, the logit controls and logprob fields through `check_control`,
 so the library and the CLI give the same message), and `param_of`
@@ -15,10 +16,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from ..engine.controls import check_control
 from ..engine.defaults import DECODERS, DEFAULTS, check_knob
+from .structured import FIELDS as STRUCTURED_FIELDS
+from .structured import one_of, read_field
 
 MAX_N = 16
 CONTROLS = ("logit_bias", "presence_penalty", "frequency_penalty", "repetition_penalty", "min_p", "min_tokens")
@@ -73,6 +76,24 @@ class SamplingFields(BaseModel):
         """The logit controls' one check (`check_control`); null leaves the control unset."""
         return None if value is None else check_control(info.field_name, value)
 
+    # Structured outputs (serve/structured.py): each is read into a checked StructuredOutputs or None.
+    response_format: Any = None
+    structured_outputs: Any = None
+    guided_json: Any = None
+    guided_regex: Any = None
+    guided_choice: Any = None
+
+    @field_validator(*STRUCTURED_FIELDS, mode="before")
+    @classmethod
+    def _structured(cls, value: Any, info: ValidationInfo) -> Any:
+        """A bad schema or regex fails here, naming its field, before anything is queued."""
+        return read_field(info.field_name, value)
+
+    @model_validator(mode="after")
+    def _one_structured(self) -> SamplingFields:
+        one_of({name: getattr(self, name) for name in STRUCTURED_FIELDS})
+        return self
+
     @field_validator(*DEFAULTS, mode="before")
     @classmethod
     def _knob(cls, value: Any, info: ValidationInfo) -> Any:
@@ -121,6 +142,9 @@ class SamplingFields(BaseModel):
         if self.stop is not None:
             kwargs["stop"] = self.stop_list()
         kwargs.update(self.logprob_kwargs())
+        structured = one_of({name: getattr(self, name) for name in STRUCTURED_FIELDS})
+        if structured is not None:
+            kwargs["structured"] = structured
         return kwargs
 
     def logprob_kwargs(self) -> dict[str, Any]:

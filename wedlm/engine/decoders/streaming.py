@@ -43,6 +43,7 @@ import torch
 from ..request import Sequence
 from ..sampling import RowScores
 from .base import Decoder, StepResult, WindowPlan
+from .constrain import mask_leftmost, settle_window
 from .fill import below_tau, draw, fill_scores
 
 
@@ -88,9 +89,16 @@ def fill_masks(seq: Sequence, slots: list[int], logits: torch.Tensor, scores: Ro
             mask is filled in any case, and no other may take a stop token, unless
             `wedlm_stop_in_run` is set and every mask to its left is filled in this call (rows
             0..j-1 all chosen, none of them a stop), so the stop closes a contiguous run.
+
+    A constrained request (`seq.grammar`, structured outputs) samples the leftmost mask under the
+    grammar's mask, puts [MASK] back at the first fill the grammar rejects and fills the tokens it
+    forces after the leading run (`constrain.py`).
     """
     if not slots:
         return
+    grammar = getattr(seq, "grammar", None)  # structured outputs (None also for a stand-in without one)
+    if grammar is not None:  # the leftmost mask's row under the grammar's mask
+        logits, scores = mask_leftmost(seq, slots, logits), None
     params = seq.params
     probs, adjusted = fill_scores(logits, params, [s - slots[0] for s in slots], scores)
     tau = params.wedlm_entropy_threshold
@@ -107,6 +115,8 @@ def fill_masks(seq: Sequence, slots: list[int], logits: torch.Tensor, scores: Ro
         seq.window[slots[j]] = t
         if run == j and t not in seq.stop_ids:
             run += 1
+    if grammar is not None:  # fills right of the leftmost are candidates: check them, add forced tokens
+        settle_window(seq)
 
 
 def leading_filled(window: list[int | None]) -> int:

@@ -23,6 +23,9 @@ cache rows are valid; the correction/bonus token becomes the next anchor. When
 every draft was accepted, the masks after the bonus position saw only correct
 context and become the next drafts: the contiguous run whose distance-adjusted
 entropy is below tau (always at least one), at most W-1 of them.
+
+Structured outputs (`constrain.py`): the AR rows are masked by the grammar along the drafts
+before verification, so constrained greedy `verified` equals constrained greedy `ar`.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import torch
 from ..request import Sequence
 from ..sampling import RowScores, probabilities, sample
 from .base import Decoder, StepResult, WindowPlan
+from .constrain import verify_rows, with_forced
 from .fill import below_tau, draw, fill_scores
 
 
@@ -69,7 +73,9 @@ class VerifiedDecoder(Decoder):
         drafts = [t for t in seq.window if t is not None]
         m = len(drafts)
         targets = logits[: m + 1]  # AR heads of the anchor and the drafts
-        if seq.params.greedy:
+        if seq.grammar is not None:
+            accepted, last = _verify_constrained(drafts, targets, seq)
+        elif seq.params.greedy:
             accepted, last = _verify_greedy(drafts, argmax[: m + 1])
         else:
             accepted, last = _verify_sampled(drafts, targets, seq)
@@ -80,6 +86,8 @@ class VerifiedDecoder(Decoder):
             new_drafts, q = self._draft(seq, logits[m + 2:], min(seq.window_size - 1, budget),
                                         len(seq.tokens) + len(committed),
                                         scores=None if scores is None else scores[m + 2:])
+        if seq.grammar is not None:  # structured outputs: tokens the grammar forces are drafts too
+            new_drafts, q = with_forced(seq, committed, new_drafts, q, min(seq.window_size - 1, budget), logits)
         n_masks = min(seq.window_size, budget - len(new_drafts))
         seq.window = list(new_drafts) + [None] * max(0, n_masks)
         seq.decoder_state = DraftState(q)
@@ -114,6 +122,22 @@ def _verify_greedy(drafts: list[int], target_ids: list[int]) -> tuple[int, int]:
     return j, target_ids[j]
 
 
+def _verify_constrained(drafts: list[int], targets: torch.Tensor, seq: Sequence) -> tuple[int, int]:
+    """The greedy or sampled rule on the AR rows masked by the grammar (structured outputs).
+
+    Only the n drafts the grammar accepts can be accepted. Greedy: the rule on drafts[:n] and the
+    masked argmax (a rejected draft n is never the masked argmax). Sampling: draft n, when there
+    is one, stays in so that its rejection (target probability 0) draws from the residual; the
+    row after it is never read and repeats row n.
+    """
+    n, rows = verify_rows(seq, drafts, targets)
+    if seq.params.greedy:
+        return _verify_greedy(drafts[:n], rows.argmax(-1).tolist())
+    if n < len(drafts):
+        return _verify_sampled(drafts[:n + 1], torch.cat([rows, rows[-1:]]), seq)
+    return _verify_sampled(drafts, rows, seq)
+
+
 def _verify_sampled(drafts: list[int], target_logits: torch.Tensor, seq: Sequence) -> tuple[int, int]:
     """Speculative sampling (accept with min(1, p/q), else resample from the residual)."""
     p = probabilities(target_logits, seq.params)  # [m + 1, V]
@@ -121,7 +145,7 @@ def _verify_sampled(drafts: list[int], target_logits: torch.Tensor, seq: Sequenc
     gen = seq.generator
     for j, d in enumerate(drafts):
         u = torch.rand((), generator=gen, device=p.device)
-        if u * q[j, d] <= p[j, d]:
+        if p[j, d] > 0 and u * q[j, d] <= p[j, d]:  # p = 0: never accepted, even when u = 0
             continue
         residual = (p[j] - q[j]).clamp_min(0)
         if residual.sum() <= 0:

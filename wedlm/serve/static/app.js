@@ -61,6 +61,19 @@ function addMessage(role, text) {
   return div;
 }
 
+// The schema box, when filled, becomes an OpenAI `response_format` (structured outputs).
+function responseFormat() {
+  const text = $("schema").value.trim();
+  if (!text) return undefined;
+  let schema;
+  try {
+    schema = JSON.parse(text);
+  } catch (err) {
+    throw new Error(`the JSON schema is not valid JSON: ${err.message}`);
+  }
+  return { type: "json_schema", json_schema: { name: "schema", schema, strict: true } };
+}
+
 function requestBody(messages) {
   const num = (id) => Number($(id).value);
   return {
@@ -75,6 +88,7 @@ function requestBody(messages) {
     wedlm_pos_penalty_factor: num("lambda"),
     temperature: num("temperature"),
     max_tokens: num("max-tokens"),
+    response_format: responseFormat(),
   };
 }
 

@@ -1,0 +1,186 @@
+"""Structured outputs: every decoder's answers are valid by construction (JSON schema, JSON mode,
+regex, choice), constrained `verified` equals constrained `ar` token for token, compiled grammars
+are cached, and bad constraints or a missing backend fail with the field named."""
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from wedlm import LLM, SamplingParams, StructuredOutputs
+from wedlm.engine.errors import RequestError
+from wedlm.engine.structured import BackendMissingError, backend_for
+
+SHIPPED = Path(__file__).resolve().parents[2] / "models" / "wedlm-tiny"
+DECODERS = ("ar", "wedlm", "blockwise", "verified")
+SUM_SCHEMA = {"type": "object", "properties": {"answer": {"type": "integer", "minimum": 0, "maximum": 198}},
+              "required": ["answer"], "additionalProperties": False}
+LIST_SCHEMA = {"type": "array", "items": {"type": "string", "enum": ["Mia", "Ben", "Sam"]}, "maxItems": 5}
+COUNT_REGEX = r"\d+(, \d+)*"
+CHOICES = ["yes", "no", "maybe"]
+QUESTIONS = ["What is 47 + 38?", "Count from 1 to 12.", "Reverse the list: Mia, Ben, Sam.", "What is 90 - 25?"]
+CONSTRAINTS = [{"json_schema": SUM_SCHEMA}, {"json_schema": LIST_SCHEMA}, {"json_object": True},
+               {"regex": COUNT_REGEX}, {"choice": CHOICES}]
+
+
+def valid(structured: dict, text: str) -> bool:
+    """Whether a finished answer satisfies its constraint (the schemas here checked by hand)."""
+    if "regex" in structured:
+        return re.fullmatch(structured["regex"], text) is not None
+    if "choice" in structured:
+        return text in structured["choice"]
+    value = json.loads(text)
+    if structured.get("json_object"):
+        return isinstance(value, dict)
+    if structured["json_schema"] is SUM_SCHEMA:
+        return set(value) == {"answer"} and isinstance(value["answer"], int) and 0 <= value["answer"] <= 198
+    return isinstance(value, list) and len(value) <= 5 and all(v in ("Mia", "Ben", "Sam") for v in value)
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return LLM(str(SHIPPED), device="cpu", dtype="float32")
+
+
+def chat(llm, question: str) -> str:
+    return llm.tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
+                                             add_generation_prompt=True)
+
+
+@pytest.mark.parametrize("decoding", DECODERS)
+def test_every_finished_answer_is_valid_on_the_shipped_model(shipped, decoding):
+    """Greedy and sampled, batched: each answer that ends with a stop satisfies its constraint."""
+    prompts, params, kinds = [], [], []
+    for i, structured in enumerate(CONSTRAINTS):
+        for temperature in (0.0, 1.0):
+            prompts.append(chat(shipped, QUESTIONS[i % len(QUESTIONS)]))
+            params.append(SamplingParams(temperature=temperature, seed=i, max_tokens=40, decoding=decoding,
+                                         structured=structured))
+            kinds.append(structured)
+    outs = shipped.generate(prompts, params)
+    assert [o.get("error") for o in outs] == [None] * len(outs)
+    finished = [(s, o["text"]) for s, o in zip(kinds, outs) if o["finish_reason"] == "stop"]
+    assert len(finished) >= len(outs) // 2, [o["text"] for o in outs]
+    for structured, text in finished:
+        assert valid(structured, text), (structured, text)
+
+
+def test_choice_is_one_of_the_choices_under_every_decoder(shipped):
+    for decoding in DECODERS:
+        for seed in range(3):
+            p = SamplingParams(temperature=1.0, seed=seed, max_tokens=8, decoding=decoding,
+                               structured={"choice": CHOICES})
+            out = shipped.generate([chat(shipped, "Is 5 more than 3?")], p)[0]
+            assert out["finish_reason"] == "stop" and out["text"] in CHOICES, out
+
+
+def test_counting_under_a_regex_keeps_the_answer(shipped):
+    """The model's own answer already matches: the constraint changes nothing, for every decoder."""
+    for decoding in DECODERS:
+        p = SamplingParams(temperature=0, max_tokens=48, decoding=decoding, structured={"regex": COUNT_REGEX})
+        out = shipped.generate([chat(shipped, "Count from 1 to 12.")], p)[0]
+        assert out["text"] == ", ".join(str(i) for i in range(1, 13)), (decoding, out["text"])
+
+
+def test_constrained_verified_equals_constrained_ar(shipped):
+    prompts = [chat(shipped, q) for q in QUESTIONS]
+    for structured in CONSTRAINTS:
+        ar = shipped.generate(prompts, SamplingParams(temperature=0, max_tokens=40, decoding="ar",
+                                                      structured=structured))
+        ver = shipped.generate(prompts, SamplingParams(temperature=0, max_tokens=40, decoding="verified",
+                                                       structured=structured))
+        assert [o["token_ids"] for o in ver] == [o["token_ids"] for o in ar], structured
+        assert [o["finish_reason"] for o in ver] == [o["finish_reason"] for o in ar]
+
+
+def test_an_answer_cut_by_max_tokens_finishes_with_length(shipped):
+    p = SamplingParams(temperature=0, max_tokens=3, decoding="wedlm", structured={"json_schema": SUM_SCHEMA})
+    out = shipped.generate([chat(shipped, "What is 47 + 38?")], p)[0]
+    assert out["finish_reason"] == "length" and len(out["token_ids"]) == 3
+    assert out["text"].startswith('{"')
+
+
+ENUM_SCHEMA = {"type": "object", "properties": {"a": {"enum": ["x", "yy"]}, "b": {"type": "boolean"}},
+               "required": ["a", "b"], "additionalProperties": False}
+
+
+@pytest.mark.parametrize("decoding", DECODERS)
+def test_random_model_with_batching_prefix_caching_and_preemption(tiny_path, decoding):
+    """A random model on a cache small enough to preempt: bounded grammars always finish, and
+    every answer is valid and equal to the one decoded alone."""
+    llm = LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=4, num_kv_blocks=20, device="cpu")
+    ref = LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=4, device="cpu")
+    constraints = [{"json_schema": ENUM_SCHEMA}, {"regex": "[ab]{1,3}-[0-9]{2}"}, {"choice": ["cat", "dog"]}]
+    prompts = ["shared prefix of the batch " + str(i) for i in range(6)]
+    params = [SamplingParams(temperature=0, max_tokens=24, decoding=decoding, structured=constraints[i % 3],
+                             wedlm_entropy_threshold=5.0) for i in range(6)]
+    outs = llm.generate(prompts, params)
+    assert [o["finish_reason"] for o in outs] == ["stop"] * 6, [o["text"] for o in outs]
+    assert sum(o["stats"]["preemptions"] for o in outs) > 0
+    for o, p in zip(outs, params):
+        s = p.structured
+        if s.kind == "json_schema":
+            value = json.loads(o["text"])
+            assert value["a"] in ("x", "yy") and isinstance(value["b"], bool)
+        elif s.kind == "regex":
+            assert re.fullmatch(s.regex, o["text"]), o["text"]
+        else:
+            assert o["text"] in s.choice
+    assert [ref.generate([q], p)[0]["token_ids"] for q, p in zip(prompts, params)] == [o["token_ids"] for o in outs]
+    assert ref.metrics()["prefix_cache_hit_tokens"] > 0  # one by one, the shared prefix came from the cache
+
+
+def test_compiled_grammars_are_cached_by_text(shipped):
+    tok = shipped.tokenizer
+    first = backend_for(tok, 4096, {1, 3})
+    assert backend_for(tok, 4096, {1, 3}) is first  # one backend per tokenizer
+    hits, misses = first.hits, first.misses
+    a = first.compiled(StructuredOutputs(json_schema={"type": "object", "properties": {"q": {"type": "string"}}}))
+    b = first.compiled(StructuredOutputs(json_schema='{"type":"object",  "properties": {"q":{"type": "string"}}}'))
+    assert a is b and (first.hits, first.misses) == (hits + 1, misses + 1)
+    c = first.compiled(StructuredOutputs(json_schema={"properties": {"q": {"type": "string"}}, "type": "object"}))
+    assert c is not a and first.misses == misses + 2  # key order is part of the schema's text
+
+
+def test_properties_come_in_the_schema_order(shipped):
+    schema = {"type": "object", "properties": {"question": {"enum": ["q"]}, "answer": {"type": "integer"}},
+              "required": ["question", "answer"], "additionalProperties": False}
+    p = SamplingParams(temperature=0, max_tokens=24, structured={"json_schema": schema})
+    text = shipped.generate([chat(shipped, "What is 47 + 38?")], p)[0]["text"]
+    assert text.startswith('{"question": "q", "answer": '), text
+
+
+@pytest.mark.parametrize("fields,param", [
+    ({"regex": "("}, "structured.regex"),
+    ({"json_schema": {"type": "objec"}}, "structured.json_schema"),
+    ({"json_schema": "{not json"}, "structured.json_schema"),
+    ({"choice": []}, "structured.choice"),
+    ({"choice": ["a", 3]}, "structured.choice"),
+    ({"choice": "abc"}, "structured.choice"),
+    ({"regex": 5}, "structured.regex"),
+    ({"json_object": "yes"}, "structured.json_object"),
+    ({"json_schema": 5}, "structured.json_schema"),
+    ({}, "structured"),
+    ({"regex": "a", "choice": ["a"]}, "structured"),
+    ({"grammar": "x"}, "structured"),
+])
+def test_bad_constraints_name_the_field(fields, param):
+    with pytest.raises(RequestError) as err:
+        SamplingParams(structured=fields)
+    assert err.value.param == param
+    assert param.split(".")[-1] in str(err.value)
+
+
+def test_structured_with_ignore_eos_is_refused():
+    with pytest.raises(RequestError) as err:
+        SamplingParams(structured={"regex": "a+"}, ignore_eos=True)
+    assert err.value.param == "structured" and "ignore_eos" in str(err.value)
+
+
+def test_missing_backend_is_a_clear_request_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "xgrammar", None)  # import xgrammar now raises ImportError
+    with pytest.raises(BackendMissingError) as err:
+        SamplingParams(structured={"regex": "a+"})
+    assert err.value.param == "structured.regex" and "wedlm[structured]" in str(err.value)
