@@ -25,6 +25,11 @@ from ..tokenizer import read_json
 from .errors import RequestError
 
 DECODERS = ("wedlm", "ar", "blockwise", "verified")
+# the engine's `quantization` values besides None (float weights): `quantize.py`
+QUANTIZATIONS = ("int8",)
+# rows one forward may spend on `verified` windows before they shrink (`decoders/verified.py`,
+# `window_for_load`; the engine's `verified_token_budget`)
+VERIFIED_TOKEN_BUDGET = 64
 FALLBACKS = ("leftmost", "argmin")
 DEFAULT_WINDOW = 16
 DEFAULT_ENTROPY_THRESHOLD = 0.4

@@ -23,6 +23,13 @@ cache rows are valid; the correction/bonus token becomes the next anchor. When
 every draft was accepted, the masks after the bonus position saw only correct
 context and become the next drafts: the contiguous run whose distance-adjusted
 entropy is below tau (always at least one), at most W-1 of them.
+
+Under load the window shrinks (`window_for_load`): a forward of many requests is compute
+bound, where each of a window's W + 1 rows costs about as much as a whole AR token, so
+the engine trims every verified window of a step to what the token budget leaves per
+request (`fit_window`). Trimming keeps the leading drafts and masks, all at consecutive
+positions after the committed text, so the rule above still commits exactly AR's tokens;
+a window trimmed to nothing is a plain AR step (the anchor alone).
 """
 
 from __future__ import annotations
@@ -44,10 +51,44 @@ class DraftState:
     q: torch.Tensor | None = None
 
 
+def window_for_load(window_size: int, requests: int, budget: int) -> int:
+    """Window slots of each verified request when `requests` requests decode in one forward.
+
+    The rule: a request feeds its anchor plus its window, so `requests` * (`window_size` + 1)
+    rows; within `budget` rows every window stays whole. Above it each request gets what the
+    budget leaves, budget // requests - 1 slots, and below 2 slots none at all: one slot is a
+    mask at the position the anchor already predicts, so it could never yield a draft, and 0
+    is a plain AR step. E.g. W = 16, budget 64: whole windows up to 3 requests, 15 slots at 4,
+    7 at 8, 3 at 16, none from 22 requests on.
+
+    Args:
+        window_size: the request's W (>= 1).
+        requests: requests with a window in the forward (>= 1).
+        budget: the engine's `verified_token_budget` (>= 1).
+
+    Returns:
+        slots in 0..window_size.
+    """
+    if requests * (window_size + 1) <= budget:
+        return window_size
+    slots = budget // requests - 1
+    return min(window_size, slots) if slots >= 2 else 0
+
+
 class VerifiedDecoder(Decoder):
     """`decoding="verified"`."""
 
     name = "verified"
+
+    def fit_window(self, seq: Sequence, slots: int) -> None:
+        """Trim the window to its first `slots` slots (drafts come first, then masks); the q rows
+        of dropped drafts go with them."""
+        if len(seq.window) <= slots:
+            return
+        seq.window = seq.window[:slots]
+        q = seq.decoder_state.q
+        if q is not None:
+            seq.decoder_state = DraftState(q[:sum(t is not None for t in seq.window)])
 
     def init(self, seq: Sequence) -> None:
         seq.window = [None] * min(seq.window_size, seq.budget_left)
