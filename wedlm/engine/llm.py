@@ -49,7 +49,7 @@ class LLM:
         quantization: None (float weights) or "int8": dynamic int8 activations x int8 weights
             for every matmul on the CPU (`wedlm.engine.quantize`; float32 weights, one process).
         verified_token_budget: rows one forward spends on `verified` windows before each
-            request's window shrinks (`decoders.verified.window_for_load`); None = the default, 64.
+            request's window shrinks (`decoders.verified.window_for_load`); None = the default, 128.
 
     Raises:
         ValueError: a bad setting, naming it (a tensor_parallel_size that does not

@@ -58,8 +58,8 @@ def window_for_load(window_size: int, requests: int, budget: int) -> int:
     rows; within `budget` rows every window stays whole. Above it each request gets what the
     budget leaves, budget // requests - 1 slots, and below 2 slots none at all: one slot is a
     mask at the position the anchor already predicts, so it could never yield a draft, and 0
-    is a plain AR step. E.g. W = 16, budget 64: whole windows up to 3 requests, 15 slots at 4,
-    7 at 8, 3 at 16, none from 22 requests on.
+    is a plain AR step. E.g. W = 16, budget 128 (the default): whole windows up to 7 requests,
+    15 slots at 8, 7 at 16, 3 at 32, none from 43 requests on.
 
     Args:
         window_size: the request's W (>= 1).
