@@ -76,7 +76,7 @@ class Engine:
         onednn_linear, self.matmuls = resolve_cpu_linear(device, dtype, autocast, config.tensor_parallel_size)
         if config.quantization:
             onednn_linear, self.matmuls = False, INT8_MATMULS
-            self.precision = "float32 weights quantized to int8 per output channel, dynamic int8 activations"
+            self.precision = "float32 weights quantized to int8 per output channel, int8 activations per row"
         try:
             self.tokenizer = load_tokenizer(config.model)
         except FileNotFoundError:

@@ -2,20 +2,20 @@
 
 `quantize_int8(model)` turns each `nn.Linear` of the model (q/k/v/o, gate/up/down and
 lm_head) into an `Int8Linear`: its weight quantized once per output channel (symmetric,
-scale = max |w| / 127 of the row) and prepacked for torch's own int8 CPU kernel
-(`torch.ops.quantized.linear_dynamic`, FBGEMM on x86); each call quantizes the input rows
-on the fly (one scale per call), multiplies in int8 with int32 sums and returns float32.
+scale = max |w| / 127 of the row), stored transposed as int8; each call quantizes every input
+row on its own (symmetric, scale = max |x| / 127 of the row), multiplies in int8 with exact
+int32 sums (`torch._int_mm`, torch's own int8 matrix product) and scales back to float32.
 
-Why these kernels: on the shipped model's matmul shapes at one thread, FBGEMM's int8 linear
-ran [16, 576] x [576, 1536] in about a fifth of float32's time and one-row products at one
-half, while torchao 0.18's `Int8DynamicActivationInt8WeightConfig` (the library torch points
-to for quantization) was 3-10x slower than float32 in eager mode on this CPU
-(docs/experiments.md, 2026-12-06). torch marks its quantized tensors as deprecated
-(pytorch/pytorch#184982); its warnings are silenced here, where they are expected.
+Why per row: a row's result then depends on that row alone, and integer sums do not depend on
+how rows are grouped, so a request's logits are the same whatever else is in the forward. With
+one activation scale per call (FBGEMM's dynamic linear, `torch.ops.quantized.linear_dynamic`)
+the verify forward of `verified` quantized the anchor row with its drafts' scale, and `verified`
+parted from `ar` on 1 of 40 held-out counting items (docs/experiments.md, 2026-12-06). torchao's
+int8 dynamic-activation config does the same arithmetic behind a tensor subclass, 3-10x slower
+than float32 in eager mode on this CPU; here it is a few plain torch ops.
 
 GGUF files are dequantized to float32 when they are read (`wedlm.model.source`), so a Q8_0
-file's 32-weight blocks are requantized per output channel here: FBGEMM takes one scale per
-row, not per block.
+file's 32-weight blocks are requantized per output channel here: one scale per output row.
 
 The float32 weights stay as the modules' parameters (state dict, tied embeddings, `model.dtype`
 and `model.device` unchanged): memory grows by a quarter of the matmul weights.
@@ -23,14 +23,12 @@ and `model.device` unchanged): memory grows by a quarter of the matmul weights.
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 from torch import nn
 
 from .defaults import QUANTIZATIONS
 
-INT8_MATMULS = "int8 matmuls by FBGEMM (torch.ops.quantized.linear_dynamic)"
+INT8_MATMULS = "int8 matmuls (torch._int_mm, int32 sums; activations per row, weights per channel)"
 
 
 def check_quantization(value: str | None, device: torch.device | None = None, dtype: str | None = None) -> str | None:
@@ -55,30 +53,43 @@ def check_quantization(value: str | None, device: torch.device | None = None, dt
     return value
 
 
-class Int8Linear(nn.Linear):
-    """nn.Linear whose forward is FBGEMM's dynamic int8 matmul on a prepacked int8 copy of the weight.
+def int8_linear(x: torch.Tensor, qweight_t: torch.Tensor, wscale: torch.Tensor,
+                bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ W^T + bias with x quantized per row and W per output channel, int8 x int8 -> int32.
 
-    Forward: x float32 [..., in_features] -> float32 [..., out_features]; the input rows are
-    quantized to 8 bits with one scale per call (7-bit range, FBGEMM's `reduce_range` that
-    keeps its int16 partial sums from overflowing on AVX2), the weight per output channel.
+    Args:
+        x: float32 [rows, in_features].
+        qweight_t: int8 [in_features, out_features], round(W / wscale) transposed.
+        wscale: float32 [out_features].
+        bias: float32 [out_features] or None.
+
+    Returns:
+        float32 [rows, out_features]; row i depends on x[i] alone.
+    """
+    xscale = x.abs().amax(dim=-1, keepdim=True).clamp_min(1e-12) / 127.0
+    xq = torch.round(x / xscale).to(torch.int8)
+    out = torch._int_mm(xq, qweight_t).float().mul_(xscale).mul_(wscale)
+    return out if bias is None else out.add_(bias)
+
+
+class Int8Linear(nn.Linear):
+    """nn.Linear whose forward is `int8_linear` on an int8 copy of its weight (`pack`).
+
+    Forward: x float32 [..., in_features] -> float32 [..., out_features].
     """
 
-    packed = None
+    qweight_t = None
+    wscale = None
 
     def pack(self) -> None:
-        """Quantize and prepack the current weight (and keep the float32 bias in the pack)."""
-        w = self.weight.detach().float().contiguous()
-        scales = (w.abs().amax(dim=1) / 127.0).clamp_min(1e-12).double()
-        zeros = torch.zeros(w.shape[0], dtype=torch.int64)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            qweight = torch.quantize_per_channel(w, scales, zeros, 0, torch.qint8)
-            bias = None if self.bias is None else self.bias.detach().float().contiguous()
-            self.packed = torch.ops.quantized.linear_prepack(qweight, bias)
+        """Quantize the current weight: int8 [in, out] (`qweight_t`) and float32 scales [out] (`wscale`)."""
+        w = self.weight.detach().float()
+        scale = (w.abs().amax(dim=1) / 127.0).clamp_min(1e-12)
+        self.qweight_t = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8).t().contiguous()
+        self.wscale = scale
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, self.in_features)
-        out = torch.ops.quantized.linear_dynamic(flat, self.packed, True)
+        out = int8_linear(x.reshape(-1, self.in_features), self.qweight_t, self.wscale, self.bias)
         return out.view(*x.shape[:-1], self.out_features)
 
 
@@ -89,15 +100,11 @@ def quantize_int8(model: nn.Module) -> nn.Module:
     gate/up matmuls of `fast_model` read float weights directly). Idempotent.
 
     Raises:
-        ValueError: the model's weights are not float32 or not on the CPU, or this torch
-            build has no int8 CPU engine (`torch.backends.quantized.supported_engines`).
+        ValueError: the model's weights are not float32 or not on the CPU.
     """
     weight = next(model.parameters())
     if weight.dtype != torch.float32 or weight.device.type != "cpu":
         raise ValueError(f"quantization='int8' needs float32 weights on the CPU, got {weight.dtype} on {weight.device}")
-    engines = torch.backends.quantized.supported_engines
-    if not {"x86", "fbgemm", "onednn"} & set(engines):
-        raise ValueError(f"quantization='int8' needs torch's x86 int8 engine; this build has {engines}")
     for module in model.modules():
         if type(module) is nn.Linear:
             module.__class__ = Int8Linear
