@@ -11,8 +11,9 @@ how rows are grouped, so a request's logits are the same whatever else is in the
 one activation scale per call (FBGEMM's dynamic linear, `torch.ops.quantized.linear_dynamic`)
 the verify forward of `verified` quantized the anchor row with its drafts' scale, and `verified`
 parted from `ar` on 1 of 40 held-out counting items (docs/experiments.md, 2026-12-06). torchao's
-int8 dynamic-activation config does the same arithmetic behind a tensor subclass, 3-10x slower
-than float32 in eager mode on this CPU; here it is a few plain torch ops.
+int8 dynamic-activation config does the same arithmetic behind a tensor subclass whose eager
+dispatch was slower than float32 on five of six matmul shapes of this size; here it is a few
+plain torch ops.
 
 GGUF files are dequantized to float32 when they are read (`wedlm.model.source`), so a Q8_0
 file's 32-weight blocks are requantized per output channel here: one scale per output row.
