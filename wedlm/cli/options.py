@@ -90,7 +90,7 @@ def add_device_args(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
                         help="weights and activations dtype (default: %(default)s)")
     parser.add_argument("--quantization", default=None, choices=QUANTIZATIONS,
-                        help="int8: every matmul in int8 (weights per output channel, activations per call; "
+                        help="int8: every matmul in int8 (weights per output channel, activations per row; "
                              "CPU, float32 checkpoints); default: none")
 
 

@@ -54,9 +54,9 @@ class EngineConfig:
             native bf16 matrix units (AMX / AVX512-BF16, `wedlm.hardware.cpu_has_bf16_units`)
             and a model of hidden size >= AUTOCAST_MIN_HIDDEN (512), off otherwise; True forces
             it, False turns it off.
-        quantization: None (float weights) or "int8": every matmul runs FBGEMM's dynamic int8
-            activations x int8 weights (per output channel) on the CPU (`quantize.py`); needs
-            float32 weights, one process, no autocast.
+        quantization: None (float weights) or "int8": every matmul runs int8 activations (per
+            row) x int8 weights (per output channel) on the CPU (`quantize.py`); needs float32
+            weights, one process, no autocast.
         verified_token_budget: rows a forward may spend on `verified` windows before they shrink
             (`decoders/verified.py`, `window_for_load`); None = `defaults.VERIFIED_TOKEN_BUDGET`.
     """

@@ -46,7 +46,7 @@ class LLM:
         autocast: bf16 autocast of float32 weights: None = automatic (on for a CPU with native
             bf16 matrix units and hidden size >= 512, off otherwise; `engine.precision` says which ran), True / False
             force it on / off.
-        quantization: None (float weights) or "int8": dynamic int8 activations x int8 weights
+        quantization: None (float weights) or "int8": int8 activations (per row) x int8 weights (per channel)
             for every matmul on the CPU (`wedlm.engine.quantize`; float32 weights, one process).
         verified_token_budget: rows one forward spends on `verified` windows before each
             request's window shrinks (`decoders.verified.window_for_load`); None = the default, 128.
