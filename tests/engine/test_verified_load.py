@@ -65,6 +65,17 @@ def test_batch_32_shrinks_the_window_and_equals_ar(shipped, budget):
         assert forwards < sum(o["stats"]["decode_forwards"] for o in ar)
 
 
+def test_sampled_verified_keeps_its_window_and_its_seed(shipped):
+    """A seeded sampled request draws the same tokens alone and among 32 (its window is not trimmed)."""
+    llm, prompts = shipped
+    sampled = SamplingParams(temperature=0.8, seed=7, max_tokens=24, decoding="verified")
+    greedy = SamplingParams(temperature=0, max_tokens=24, decoding="verified")
+    alone = llm.generate([prompts[0]], sampled)[0]
+    batch = llm.generate((prompts * 4)[:32], [sampled] + [greedy] * 31)
+    assert batch[0]["token_ids"] == alone["token_ids"]
+    assert batch[0]["stats"]["fed_tokens"] >= 16 * (batch[0]["stats"]["decode_forwards"] - 1)
+
+
 def test_verified_token_budget_is_checked():
     with pytest.raises(ValueError, match="verified_token_budget must be an integer >= 1, got 0"):
         LLM(str(MODEL), device="cpu", verified_token_budget=0)

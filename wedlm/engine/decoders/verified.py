@@ -26,10 +26,11 @@ entropy is below tau (always at least one), at most W-1 of them.
 
 Under load the window shrinks (`window_for_load`): a forward of many requests is compute
 bound, where each of a window's W + 1 rows costs about as much as a whole AR token, so
-the engine trims every verified window of a step to what the token budget leaves per
-request (`fit_window`). Trimming keeps the leading drafts and masks, all at consecutive
-positions after the committed text, so the rule above still commits exactly AR's tokens;
-a window trimmed to nothing is a plain AR step (the anchor alone).
+the engine trims the window of every greedy verified request of a step to what the token
+budget leaves per request (`fit_window`). Trimming keeps the leading drafts and masks, all at
+consecutive positions after the committed text, so the rule above still commits exactly AR's
+tokens; a window trimmed to nothing is a plain AR step (the anchor alone). Sampled requests keep
+their whole window, so that a seeded request's draws never depend on the batch.
 """
 
 from __future__ import annotations
@@ -81,14 +82,12 @@ class VerifiedDecoder(Decoder):
     name = "verified"
 
     def fit_window(self, seq: Sequence, slots: int) -> None:
-        """Trim the window to its first `slots` slots (drafts come first, then masks); the q rows
-        of dropped drafts go with them."""
-        if len(seq.window) <= slots:
+        """Trim a greedy request's window to its first `slots` slots (drafts come first, then
+        masks). A sampled request keeps its whole window: its random draws follow its window, and
+        a seeded request's tokens must not depend on what else is in the batch."""
+        if len(seq.window) <= slots or not seq.params.greedy:
             return
         seq.window = seq.window[:slots]
-        q = seq.decoder_state.q
-        if q is not None:
-            seq.decoder_state = DraftState(q[:sum(t is not None for t in seq.window)])
 
     def init(self, seq: Sequence) -> None:
         seq.window = [None] * min(seq.window_size, seq.budget_left)
