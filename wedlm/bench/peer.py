@@ -157,6 +157,7 @@ class LlamaCppSystem:
         self.llm.close()
 
     def generate(self, prompt: list[int], max_tokens: int) -> dict:
+        """Greedy answer to one prompt: {"token_ids", "wall_s", "decode_forwards", "decode_tokens"}."""
         r = llama_run(self.llm, prompt, max_tokens, self.stop_ids)
         n = len(r["tokens"])
         return {"token_ids": r["tokens"], "wall_s": r["wall_s"], "decode_forwards": n, "decode_tokens": n}
@@ -170,6 +171,7 @@ class EnginePeerSystem:
         self.name = f"{decoding} {mode}"
 
     def generate(self, prompt: list[int], max_tokens: int) -> dict:
+        """Greedy answer to one prompt, timed around `LLM.generate`; the keys of `LlamaCppSystem.generate`."""
         from wedlm import SamplingParams
 
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens, decoding=self.decoding,
