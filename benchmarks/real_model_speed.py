@@ -47,8 +47,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from llama_cpp_peer import llama_run  # noqa: E402  (a sibling script, not a package)
+from wedlm.bench.peer import llama_run
 
 PROMPTS = ["What is the capital of Japan?", "Write a haiku about the sea.",
            "Explain in two sentences why the sky is blue.", "Give me three tips for learning to cook.",
@@ -129,7 +128,7 @@ def hf_call(model, prompts: list[list[int]], n: int, pad_id: int) -> dict:
 
 
 def llama_call(llm, prompts: list[list[int]], n: int) -> dict:
-    """llama.cpp: `llama_run` (benchmarks/llama_cpp_peer.py) on each prompt; batch 1 only."""
+    """llama.cpp: `llama_run` (wedlm.bench.peer) on each prompt; batch 1 only."""
     (prompt,) = prompts
     start = time.perf_counter()
     r = llama_run(llm, prompt, n, set())

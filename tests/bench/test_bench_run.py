@@ -97,6 +97,8 @@ def test_targets_and_markdown(bench):
     md = markdown(result)
     assert "`wedlm bench --test`" in md and result["machine_line"] in md
     assert md.count("| transformers |") == 10  # one row per task and batch size
+    # the llama.cpp peer's page stays linked when docs/benchmarks.md is regenerated
+    assert "[llama_cpp_peer.md](llama_cpp_peer.md)" in md and "wedlm bench --peer llama.cpp --out-dir docs" in md
 
 
 def test_write_report_files(bench, tmp_path):

@@ -158,14 +158,10 @@ def test_bad_gguf_files_are_clear_errors(tmp_path):
 @pytest.mark.parametrize("family", ["qwen2", "qwen3"])
 def test_qwen_gguf_files_equal_transformers(family, ckpt_factory, tmp_path):
     """Qwen2 (q/k/v bias) and Qwen3 (q/k norm) checkpoints written as float32 GGUF by the llama.cpp
-    peer benchmark's writer load with transformers' greedy tokens."""
-    import importlib.util
-
+    peer benchmark's writer (`wedlm.bench.gguf_export`) load with transformers' greedy tokens."""
     from transformers import AutoModelForCausalLM
 
-    spec = importlib.util.spec_from_file_location("llama_cpp_peer", REPO / "benchmarks" / "llama_cpp_peer.py")
-    peer = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(peer)
+    from wedlm.bench.gguf_export import write_gguf
     # random weights with the shipped model's byte-level BPE tokenizer (the writer needs its merges)
     # transformers' Qwen3 GGUF reader takes head_dim from Qwen3Config's default (128, every Qwen3's),
     # not from the file's key length
@@ -174,7 +170,7 @@ def test_qwen_gguf_files_equal_transformers(family, ckpt_factory, tmp_path):
     shutil.copytree(ckpt_factory(f"gguf_{family}", family=family, seed=5, vocab_size=4096, **shape), src)
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         shutil.copy(REPO / "models" / "wedlm-tiny" / name, src / name)
-    path = peer.write_gguf(src, tmp_path / f"tiny-{family}.gguf")
+    path = write_gguf(src, tmp_path / f"tiny-{family}.gguf")
     llm = LLM(str(path), kv_block_size=4, device="cpu")
     assert llm.engine.model.config.model_type == family
     hf = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file=path.name, dtype=torch.float32).eval()

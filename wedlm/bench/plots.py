@@ -1,11 +1,12 @@
-"""The four benchmark figures, drawn with matplotlib's Agg backend (no display needed).
+"""The benchmark figures, drawn with matplotlib's Agg backend (no display needed).
 
 - speed vs tau: tokens/s of streaming decoding across the tau sweep, per task,
   with `ar` (dashed) and block-wise (crosses) for reference;
 - accuracy vs speed: each system of a scored task as (speed-up vs ar, accuracy),
   the Pareto frontier drawn through the non-dominated points (paper Fig. 5a);
 - p_cache by decoder: grouped bars, one group per task;
-- decode trace: tokens committed at each step for one prompt, per decoder.
+- decode trace: tokens committed at each step for one prompt, per decoder;
+- speed-up over llama.cpp (`wedlm bench --peer llama.cpp`): grouped bars per task.
 """
 
 from __future__ import annotations
@@ -134,6 +135,28 @@ def plot_trace(result: dict, path: Path) -> None:
     top.legend(fontsize=6)
     bottom.set_ylabel("tokens generated")
     bottom.set_xlabel("decode step (forward)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_peer(result: dict, path: Path) -> None:
+    """Speed-up over llama.cpp AR (whole-answer wall clock) per task: one bar per engine system,
+    llama.cpp as the dashed line at 1 (`wedlm bench --peer llama.cpp`)."""
+    plt = _plt()
+    tasks = list(dict.fromkeys(r["task"] for r in result["results"]))
+    systems = [s for s in dict.fromkeys(r["system"] for r in result["results"]) if s != "llama.cpp"]
+    width = 0.8 / max(1, len(systems))
+    fig, ax = plt.subplots(figsize=(max(6.4, 1.8 * len(tasks) + 0.3 * len(systems)), 4.2))
+    for j, name in enumerate(systems):
+        values = [next(r["speedup_vs_llama_cpp"] for r in result["results"] if r["task"] == t and r["system"] == name)
+                  for t in tasks]
+        ax.bar([i + j * width for i in range(len(tasks))], values, width, label=name, color=f"C{j % 10}")
+    ax.axhline(1.0, color="k", linestyle="--", linewidth=1, label="llama.cpp AR")
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(tasks))], tasks)
+    ax.set_ylabel("speed-up over llama.cpp (wall clock)")
+    ax.set_title(f"Batch 1, {result['config']['threads']} thread(s), same weights (llama.cpp {result['llama_cpp']})")
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

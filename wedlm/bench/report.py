@@ -19,6 +19,19 @@ SCHEMA_KEYS = ("schema", "command", "created", "model", "machine", "machine_line
 RESULT_KEYS = ("task", "batch_size", "system", "kind", "decoding", "tau", "lam", "items",
                "tokens_per_s", "wall_s", "tokens_per_forward", "p_cache", "ttft_s", "decode_tokens",
                "decode_forwards", "accuracy", "repeats")
+# The llama.cpp peer has its own page (`wedlm bench --peer llama.cpp`, wedlm/bench/peer.py); this
+# report links it so that regenerating docs/benchmarks.md keeps the link.
+PEER_SECTION = [
+    "## Against llama.cpp on the same weights", "",
+    "`wedlm bench --peer llama.cpp` runs llama.cpp's AR (llama-cpp-python, optional: `pip install "
+    "llama-cpp-python gguf`) on the model written as a float32 GGUF file, beside the engine's `wedlm`, "
+    "`verified` and `ar` (eager and compiled), at batch 1, one thread each, greedy, on the same prompt "
+    "token ids, timing each whole answer (prefill included) and comparing the answers token for token. "
+    "It writes [llama_cpp_peer.md](llama_cpp_peer.md) with its plot and llama_cpp_peer.json:", "",
+    "```bash",
+    "wedlm bench --peer llama.cpp --out-dir docs   # not run by tests: minutes of timing; needs llama-cpp-python "
+    "(tests/bench/test_llama_cpp_peer.py runs it on 2 prompts)",
+    "```", ""]
 PLOTS = ("bench_speed_vs_tau.png", "bench_accuracy_vs_speed.png", "bench_p_cache.png", "bench_trace.png")
 
 
@@ -141,6 +154,7 @@ def markdown(result: dict, img_dir: str = "img") -> str:
     for name, title in zip(PLOTS, ("Speed vs tau", "Accuracy vs speed (Pareto frontier, cf. paper Fig. 5a)",
                                    "p_cache by decoder", "Decode trace: tokens committed per step")):
         lines += [f"![{title}]({img_dir}/{name})", ""]
+    lines += PEER_SECTION
     lines += ["## Definitions", "",
               "- tok/s: generated tokens / wall-clock seconds of the whole request batch (prefill included),"
               " median over repeats.",

@@ -58,7 +58,8 @@ class BenchConfig:
             `defaults.DEFAULT_WINDOW`).
         prefix_caching: let the engine reuse prompt KV across requests. Off by default:
             repeats would otherwise skip prefill that the transformers peer recomputes.
-        enforce_eager / autocast: the engine's forward path and bf16 autocast (`wedlm.LLM`).
+        enforce_eager / autocast / quantization: the engine's forward path, bf16 autocast and int8
+            matmuls (`wedlm.LLM`; the transformers peer stays float).
     """
 
     model: str
@@ -77,6 +78,7 @@ class BenchConfig:
     prefix_caching: bool = False
     enforce_eager: bool = True
     autocast: bool | None = None
+    quantization: str | None = None
     device: str = "cpu"
     dtype: str = "float32"
     quick: bool = False
@@ -122,7 +124,7 @@ def load_systems(cfg: BenchConfig, llm=None, hf=None) -> tuple[object, list]:
 
         llm = LLM(model=cfg.model, wedlm_window_size=cfg.window_size, max_num_seqs=max(cfg.batch_sizes),
                   device=cfg.device, dtype=cfg.dtype, enable_prefix_caching=cfg.prefix_caching,
-                  enforce_eager=cfg.enforce_eager, autocast=cfg.autocast)
+                  enforce_eager=cfg.enforce_eager, autocast=cfg.autocast, quantization=cfg.quantization)
     if cfg.window_size is None:
         cfg.window_size = llm.engine.window_size  # the model's recommended W, recorded in the report
     systems = []

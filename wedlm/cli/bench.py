@@ -11,6 +11,7 @@ import argparse
 import shlex
 import sys
 
+from ..bench.peer import PEERS
 from ..bench.tasks import BENCH_TASKS
 from ..engine.defaults import DEFAULT_ENTROPY_THRESHOLD
 from .options import (
@@ -33,6 +34,7 @@ EXAMPLES = """examples:
   wedlm bench --model /models/WeDLM-8B-Instruct --device cuda --dtype bfloat16 --tasks arithmetic,text   # not run by tests: needs a GPU
   wedlm bench --slot-cost --quick          # the slot-cost curve only (shipped model, eager and compiled)
   wedlm bench --slot-cost --slot-cost-models models/wedlm-tiny,random-40m,random-150m --out-dir docs   # not run by tests: minutes of timing
+  wedlm bench --peer llama.cpp --out-dir docs   # not run by tests: minutes of timing; needs llama-cpp-python
 """
 
 
@@ -103,6 +105,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--prefix-caching", action="store_true",
                    help="let the engine reuse prompt KV across requests (off: every system prefills every prompt)")
     p.add_argument("--no-plots", action="store_true", help="write JSON and markdown only")
+    p.add_argument("--peer", choices=PEERS, default=None,
+                   help="run only the peer section: llama.cpp AR (llama-cpp-python, optional) on the model written "
+                        "as float32 GGUF, beside the engine's wedlm, verified and ar, batch 1, one thread each "
+                        "(--threads), whole-answer wall clock; --enforce-eager / --no-enforce-eager keep one "
+                        "forward mode (default: both); writes llama_cpp_peer.json, llama_cpp_peer.md and "
+                        "img/bench_llama_cpp_peer.png")
     p.add_argument("--slot-cost", action="store_true",
                    help="run only the slot-cost section: one forward with W = 1..64 window slots over a cached "
                         "prefix, eager and compiled, with the break-even tokens/forward of wedlm vs ar "
@@ -134,6 +142,7 @@ def config_from_args(args: argparse.Namespace, command: str = ""):
                        verified=not args.no_verified, transformers=not args.no_transformers,
                        window_size=args.window_size, prefix_caching=args.prefix_caching, device=args.device, dtype=args.dtype, quick=quick,
                        enforce_eager=args.enforce_eager is not False, autocast=args.autocast,
+                       quantization=args.quantization,
                        command=command, **picked)
 
 
@@ -170,6 +179,42 @@ def run_slot_cost_section(args: argparse.Namespace) -> int:
     return 0
 
 
+def peer_config(args: argparse.Namespace, command: str = ""):
+    """`PeerConfig` from parsed options: both forward modes unless --enforce-eager / --no-enforce-eager
+    picks one; one thread each unless --threads says otherwise."""
+    from wedlm.bench.peer import PEER_TASKS, PeerConfig
+
+    modes = ("eager", "compiled") if args.enforce_eager is None else \
+        (("eager",) if args.enforce_eager else ("compiled",))
+    return PeerConfig(model=args.model, tasks=args.tasks or PEER_TASKS, quick=args.quick, max_tokens=args.max_tokens,
+                      repeats=args.repeats or (1 if args.quick else 3), modes=modes, threads=args.threads or 1,
+                      window_size=args.window_size, autocast=args.autocast, quantization=args.quantization,
+                      command=command)
+
+
+def run_peer_section(args: argparse.Namespace, command: str) -> int:
+    """`--peer llama.cpp`: UsageError (stderr, exit 2) when llama-cpp-python is missing or the model
+    cannot be written as GGUF."""
+    from wedlm.bench.gguf_export import GGUFExportError
+    from wedlm.bench.peer import PeerUnavailable, import_llama_cpp, run_peer, write_peer
+
+    try:
+        import_llama_cpp()
+        cfg = peer_config(args, command)
+        result = run_peer(cfg)
+    except (PeerUnavailable, GGUFExportError, ValueError) as err:
+        raise UsageError(str(err)) from None
+    paths = write_peer(result, args.out_dir, plots=not args.no_plots)
+    print(f"machine: {result['machine_line']}; llama-cpp-python {result['llama_cpp']}")
+    for r in result["results"]:
+        if r["system"] != "llama.cpp":
+            print(f"  {r['task']}: {r['system']} {r['speedup_vs_llama_cpp']:.2f}x llama.cpp, "
+                  f"{r['tokens_per_forward']:.2f} tok/forward, same answers {r['same_as_llama_cpp']}/{r['items']}")
+    for kind, path in paths.items():
+        print(f"{kind}: {path}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from wedlm.bench.report import targets, write_report
     from wedlm.bench.runner import run_bench
@@ -181,6 +226,9 @@ def run(args: argparse.Namespace) -> int:
     if args.slot_cost:
         return run_slot_cost_section(args)
     argv = sys.argv[1:] if sys.argv[1:2] == ["bench"] else ["bench", "..."]
+    if args.peer:
+        check_model(args.model)
+        return run_peer_section(args, shlex.join(["wedlm", *argv]))
     try:
         cfg = config_from_args(args, shlex.join(["wedlm", *argv]))
     except ValueError as err:

@@ -296,6 +296,8 @@ def load_engine(args: argparse.Namespace):
     from wedlm.model.loader import CheckpointError
 
     kwargs = {"wedlm_window_size": args.window_size} if args.window_size else {}
+    if args.quantization:
+        kwargs["quantization"] = args.quantization
     try:
         return LLM(model=args.model, device=args.device, dtype=args.dtype, max_num_seqs=args.batch_size, **kwargs)
     except (OSError, ValueError, CheckpointError) as err:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..engine.defaults import DECODERS, DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY, check_knob
+from ..engine.defaults import DECODERS, DEFAULT_ENTROPY_THRESHOLD, DEFAULT_POS_PENALTY, QUANTIZATIONS, check_knob
 
 DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "models" / "wedlm-tiny"
 # Answer budget of generate and chat when neither --max-tokens nor the model folder's
@@ -89,6 +89,9 @@ def add_device_args(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -
     parser.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default: %(default)s)")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
                         help="weights and activations dtype (default: %(default)s)")
+    parser.add_argument("--quantization", default=None, choices=QUANTIZATIONS,
+                        help="int8: every matmul in int8 (weights per output channel, activations per row; "
+                             "CPU, float32 checkpoints); default: none")
 
 
 def add_runtime_args(parser: argparse.ArgumentParser) -> None:
@@ -275,7 +278,7 @@ def llm_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     optional = {"wedlm_window_size": args.window_size, "max_model_len": args.max_model_len,
                 "max_num_seqs": args.max_num_seqs, "kv_block_size": args.kv_block_size,
                 "tensor_parallel_size": args.tensor_parallel_size, "enforce_eager": args.enforce_eager,
-                "autocast": args.autocast}
+                "autocast": args.autocast, "quantization": args.quantization}
     kwargs.update({k: v for k, v in optional.items() if v is not None})
     return kwargs
 

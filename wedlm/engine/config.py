@@ -14,6 +14,7 @@ import torch
 
 from ..hardware import cpu_has_bf16_units, cpu_prefers_onednn_linear
 from .defaults import check_knob
+from .quantize import check_quantization
 
 DEFAULT_MAX_MODEL_LEN = 4096
 CPU_KV_BUDGET_BYTES = 4 << 30
@@ -53,6 +54,11 @@ class EngineConfig:
             native bf16 matrix units (AMX / AVX512-BF16, `wedlm.hardware.cpu_has_bf16_units`)
             and a model of hidden size >= AUTOCAST_MIN_HIDDEN (512), off otherwise; True forces
             it, False turns it off.
+        quantization: None (float weights) or "int8": every matmul runs int8 activations (per
+            row) x int8 weights (per output channel) on the CPU (`quantize.py`); needs float32
+            weights, one process, no autocast.
+        verified_token_budget: rows a forward may spend on `verified` windows before they shrink
+            (`decoders/verified.py`, `window_for_load`); None = `defaults.VERIFIED_TOKEN_BUDGET`.
     """
 
     model: str
@@ -71,12 +77,14 @@ class EngineConfig:
     tensor_parallel_size: int = 1
     enforce_eager: bool = True
     autocast: bool | None = None
+    quantization: str | None = None
+    verified_token_budget: int | None = None
 
     def __post_init__(self) -> None:
         required = ("max_num_seqs", "kv_block_size", "tensor_parallel_size")
         if self.window_size is not None:  # LLM's wedlm_window_size
             self.window_size = check_knob("wedlm_window_size", self.window_size)
-        for name in required + ("max_model_len", "max_num_batched_tokens", "num_kv_blocks"):
+        for name in required + ("max_model_len", "max_num_batched_tokens", "num_kv_blocks", "verified_token_budget"):
             value = getattr(self, name)
             if value is None and name not in required:
                 continue
@@ -92,6 +100,10 @@ class EngineConfig:
         if self.tensor_parallel_size > 1 and self.autocast:
             raise ValueError("autocast=True is not supported with "
                              f"tensor_parallel_size={self.tensor_parallel_size}; use autocast=None or False")
+        self.quantization = check_quantization(self.quantization)
+        if self.quantization and (self.tensor_parallel_size > 1 or self.autocast):
+            raise ValueError(f"quantization={self.quantization!r} runs in one process without autocast, got "
+                             f"tensor_parallel_size={self.tensor_parallel_size}, autocast={self.autocast}")
 
 
 def resolve_device(device: str | None) -> torch.device:

@@ -25,6 +25,12 @@ from ..tokenizer import read_json
 from .errors import RequestError
 
 DECODERS = ("wedlm", "ar", "blockwise", "verified")
+# the engine's `quantization` values besides None (float weights): `quantize.py`
+QUANTIZATIONS = ("int8",)
+# rows one forward may spend on `verified` windows before they shrink (`decoders/verified.py`,
+# `window_for_load`; the engine's `verified_token_budget`). On one CPU core the shipped model's
+# whole windows still paid at batch 8 (136 rows) and lost to `ar` at batch 32 (544 rows).
+VERIFIED_TOKEN_BUDGET = 128
 FALLBACKS = ("leftmost", "argmin")
 DEFAULT_WINDOW = 16
 DEFAULT_ENTROPY_THRESHOLD = 0.4

@@ -34,13 +34,15 @@ from .config import (
     resolve_precision,
 )
 from .decoders import DECODER_CLASSES, Decoder, WindowPlan
-from .defaults import model_decoding_defaults
+from .decoders.verified import window_for_load
+from .defaults import VERIFIED_TOKEN_BUDGET, model_decoding_defaults
 from .errors import RequestError
 from .intake import check_fits, encode_prompt, new_sequence, resolve_params
 from .logits_processors import apply_controls
 from .logprobs import prompt_logprobs, record, take
 from .outputs import StreamDelta, TokenLogprob
 from .parallel.build import load_engine_model, make_engine_runner
+from .quantize import INT8_MATMULS, check_quantization
 from .request import Sequence
 from .runner import EngineDeadError, ForwardItem, ForwardOutput, ModelRunner
 from .sampling import make_generator
@@ -64,15 +66,20 @@ class Engine:
         self.model_path = str(config.model)
         self.model_defaults = model_decoding_defaults(config.model)
         self.window_size = config.window_size or self.model_defaults["wedlm_window_size"]
+        self.verified_token_budget = config.verified_token_budget or VERIFIED_TOKEN_BUDGET
         device = resolve_device(config.device)
         dtype = config.dtype or ("bfloat16" if device.type == "cuda" else "float32")
+        check_quantization(config.quantization, device, dtype)
         self.model = load_engine_model(config, device, dtype)
         cfg = self.model.config
-        # tensor-parallel ranks run without autocast; self.precision: what the forward computes in
-        requested = False if config.tensor_parallel_size > 1 else config.autocast
+        # tensor-parallel ranks and int8 weights run without autocast; self.precision: what the forward computes in
+        requested = False if config.tensor_parallel_size > 1 or config.quantization else config.autocast
         autocast, self.precision = resolve_precision(requested, device, dtype, hidden_size=cfg.hidden_size)
         # self.matmuls: which kernel runs the float32 matmuls, and why
         onednn_linear, self.matmuls = resolve_cpu_linear(device, dtype, autocast, config.tensor_parallel_size)
+        if config.quantization:
+            onednn_linear, self.matmuls = False, INT8_MATMULS
+            self.precision = "float32 weights quantized to int8 per output channel, int8 activations per row"
         try:
             self.tokenizer = load_tokenizer(config.model)
         except FileNotFoundError:
@@ -201,6 +208,7 @@ class Engine:
                   for seq in out.refused]
         if not out.scheduled:
             return deltas
+        self._fit_windows(out.scheduled)
         plans = [self.decoders[s.seq.params.decoding].plan(s.seq) if s.with_window else None
                  for s in out.scheduled]
         items = [self._forward_item(s, p) for s, p in zip(out.scheduled, plans)]
@@ -216,6 +224,14 @@ class Engine:
             if delta is not None:
                 deltas.append(delta)
         return deltas
+
+    def _fit_windows(self, scheduled: list[ScheduledSeq]) -> None:
+        """Let each decoder shrink its window to the step's load (`Decoder.fit_window`: `verified`
+        takes `decoders.verified.window_for_load` of the requests that decode in this forward)."""
+        decoding = [s.seq for s in scheduled if s.with_window]
+        for seq in decoding:
+            slots = window_for_load(seq.window_size, len(decoding), self.verified_token_budget)
+            self.decoders[seq.params.decoding].fit_window(seq, slots)
 
     def _forward_item(self, s: ScheduledSeq, plan: WindowPlan | None) -> ForwardItem:
         seq, start = s.seq, s.seq.num_cached

@@ -46,6 +46,10 @@ class LLM:
         autocast: bf16 autocast of float32 weights: None = automatic (on for a CPU with native
             bf16 matrix units and hidden size >= 512, off otherwise; `engine.precision` says which ran), True / False
             force it on / off.
+        quantization: None (float weights) or "int8": int8 activations (per row) x int8 weights (per channel)
+            for every matmul on the CPU (`wedlm.engine.quantize`; float32 weights, one process).
+        verified_token_budget: rows one forward spends on `verified` windows before each
+            request's window shrinks (`decoders.verified.window_for_load`); None = the default, 128.
 
     Raises:
         ValueError: a bad setting, naming it (a tensor_parallel_size that does not
@@ -60,7 +64,8 @@ class LLM:
                  dtype: str | None = None, num_kv_blocks: int | None = None,
                  max_num_batched_tokens: int | None = None, enable_prefix_caching: bool = True,
                  gpu_memory_utilization: float = 0.9, seed: int = 0, tensor_parallel_size: int = 1,
-                 enforce_eager: bool = True, autocast: bool | None = None, revision: str | None = None) -> None:
+                 enforce_eager: bool = True, autocast: bool | None = None, revision: str | None = None,
+                 quantization: str | None = None, verified_token_budget: int | None = None) -> None:
         self.source = str(model)
         self.engine = Engine(EngineConfig(
             model=str(resolve_model(model, revision)), window_size=wedlm_window_size, max_model_len=max_model_len,
@@ -68,7 +73,7 @@ class LLM:
             kv_block_size=kv_block_size, num_kv_blocks=num_kv_blocks, device=device, dtype=dtype,
             enable_prefix_caching=enable_prefix_caching, gpu_memory_utilization=gpu_memory_utilization,
             seed=seed, tensor_parallel_size=tensor_parallel_size, enforce_eager=enforce_eager,
-            autocast=autocast))
+            autocast=autocast, quantization=quantization, verified_token_budget=verified_token_budget))
 
     def close(self) -> None:
         """Stop the tensor-parallel worker processes, if any (idempotent)."""

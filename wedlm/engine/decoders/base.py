@@ -90,6 +90,11 @@ class Decoder(ABC):
     def init(self, seq: Sequence) -> None:
         """Set the window for the first forward (which also carries the prompt)."""
 
+    def fit_window(self, seq: Sequence, slots: int) -> None:
+        """Shrink the window to at most `slots` slots before `plan` when the forward is loaded
+        (`decoders/verified.py`, `window_for_load`); the others keep their window."""
+        return None
+
     @abstractmethod
     def plan(self, seq: Sequence) -> WindowPlan:
         """The window to feed next."""

@@ -26,6 +26,14 @@ entropy is below tau (always at least one), at most W-1 of them.
 
 Structured outputs (`constrain.py`): the AR rows are masked by the grammar along the drafts
 before verification, so constrained greedy `verified` equals constrained greedy `ar`.
+
+Under load the window shrinks (`window_for_load`): a forward of many requests is compute
+bound, where each of a window's W + 1 rows costs about as much as a whole AR token, so
+the engine trims the window of every greedy verified request of a step to what the token
+budget leaves per request (`fit_window`). Trimming keeps the leading drafts and masks, all at
+consecutive positions after the committed text, so the rule above still commits exactly AR's
+tokens; a window trimmed to nothing is a plain AR step (the anchor alone). Sampled requests keep
+their whole window, so that a seeded request's draws never depend on the batch.
 """
 
 from __future__ import annotations
@@ -48,6 +56,30 @@ class DraftState:
     q: torch.Tensor | None = None
 
 
+def window_for_load(window_size: int, requests: int, budget: int) -> int:
+    """Window slots of each verified request when `requests` requests decode in one forward.
+
+    The rule: a request feeds its anchor plus its window, so `requests` * (`window_size` + 1)
+    rows; within `budget` rows every window stays whole. Above it each request gets what the
+    budget leaves, budget // requests - 1 slots, and below 2 slots none at all: one slot is a
+    mask at the position the anchor already predicts, so it could never yield a draft, and 0
+    is a plain AR step. E.g. W = 16, budget 128 (the default): whole windows up to 7 requests,
+    15 slots at 8, 7 at 16, 3 at 32, none from 43 requests on.
+
+    Args:
+        window_size: the request's W (>= 1).
+        requests: requests with a window in the forward (>= 1).
+        budget: the engine's `verified_token_budget` (>= 1).
+
+    Returns:
+        slots in 0..window_size.
+    """
+    if requests * (window_size + 1) <= budget:
+        return window_size
+    slots = budget // requests - 1
+    return min(window_size, slots) if slots >= 2 else 0
+
+
 class VerifiedDecoder(Decoder):
     """`decoding="verified"`."""
 
@@ -57,6 +89,14 @@ class VerifiedDecoder(Decoder):
     def row_offsets(self, seq: Sequence, plan: WindowPlan) -> list[int]:
         """The anchor predicts offset 0, draft slot i (an AR row) offset i + 1, mask slot i offset i."""
         return [0] + [i + 1 if seq.window[i] is not None else i for i in plan.row_slots]
+
+    def fit_window(self, seq: Sequence, slots: int) -> None:
+        """Trim a greedy request's window to its first `slots` slots (drafts come first, then
+        masks). A sampled request keeps its whole window: its random draws follow its window, and
+        a seeded request's tokens must not depend on what else is in the batch."""
+        if len(seq.window) <= slots or not seq.params.greedy:
+            return
+        seq.window = seq.window[:slots]
 
     def init(self, seq: Sequence) -> None:
         seq.window = [None] * min(seq.window_size, seq.budget_left)

@@ -6,6 +6,7 @@ import torch
 
 from ...model import QwenForCausalLM, load_model
 from ..config import EngineConfig
+from ..quantize import quantize_int8
 from ..runner import ModelRunner
 
 
@@ -31,9 +32,13 @@ def make_engine_runner(model: QwenForCausalLM, num_blocks: int, config: EngineCo
                        device: torch.device, dtype: str, autocast: torch.dtype | None = None,
                        onednn_linear: bool = False) -> ModelRunner:
     """A `ModelRunner` (compiled unless `config.enforce_eager`, under `autocast`, oneDNN matmuls
-    when `onednn_linear`), or a
+    when `onednn_linear`, int8 matmuls with `config.quantization`), or a
     `TensorParallelRunner` (compiled unless `config.enforce_eager`, no autocast) that starts ranks 1..N-1."""
     size = config.tensor_parallel_size
+    if size == 1 and config.quantization == "int8":
+        # the fused modules of the fast path read float weights, so int8 keeps the model's own modules
+        return ModelRunner(quantize_int8(model), num_blocks, config.kv_block_size, fast_path=False,
+                           enforce_eager=config.enforce_eager)
     if size == 1:
         return ModelRunner(model, num_blocks, config.kv_block_size, config.fast_path,
                            enforce_eager=config.enforce_eager, autocast=autocast, onednn_linear=onednn_linear)

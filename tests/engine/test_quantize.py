@@ -1,0 +1,103 @@
+"""`quantization="int8"`: int8 matmuls (activations per row, weights per channel) on the shipped
+model; a row's result does not depend on the other rows; `verified` still equals `ar` of the same
+quantized model; bad settings are clear errors."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from wedlm import LLM, SamplingParams
+from wedlm.engine.chat import encode_chat
+from wedlm.engine.quantize import Int8Linear, int8_linear, quantize_int8
+
+MODEL = Path(__file__).resolve().parents[2] / "models" / "wedlm-tiny"
+QUESTIONS = ["Count from 1 to 30.", "What is 47 + 38?", "Reverse the list: Tom, Anna, Ben, Mia.",
+             "What is 91 - 56?"]
+
+
+def test_int8_linear_is_close_to_float32():
+    torch.manual_seed(0)
+    ref = nn.Linear(192, 512)
+    q = quantize_int8(nn.Sequential(nn.Linear(192, 512)))[0]
+    q.load_state_dict(ref.state_dict())
+    q.pack()
+    x = torch.randn(7, 3, 192)
+    with torch.no_grad():
+        want, got = ref(x), q(x)
+    assert isinstance(q, Int8Linear) and got.shape == want.shape == (7, 3, 512) and got.dtype == torch.float32
+    # 8-bit activations and weights: about a per cent of the output's scale, never exact
+    err = (got - want).abs().max() / want.abs().max()
+    assert 1e-4 < err < 0.02
+
+
+def test_rows_are_independent():
+    """Each row's result is bit for bit the same alone or among others (int32 sums are exact)."""
+    torch.manual_seed(1)
+    q = quantize_int8(nn.Sequential(nn.Linear(192, 96)))[0]
+    x = torch.randn(9, 192) * torch.linspace(0.1, 10, 9)[:, None]  # very different row scales
+    with torch.no_grad():
+        together = int8_linear(x, q.qweight_t, q.wscale, q.bias)
+        alone = torch.cat([int8_linear(x[i:i + 1], q.qweight_t, q.wscale, q.bias) for i in range(9)])
+    assert torch.equal(together, alone)
+    assert q.qweight_t.dtype == torch.int8 and q.qweight_t.shape == (192, 96)
+    assert q.qweight_t.abs().amax(dim=0).tolist() == [127] * 96  # each channel's largest weight maps to 127
+
+
+@pytest.fixture(scope="module")
+def int8_llm():
+    return LLM(str(MODEL), device="cpu", quantization="int8")
+
+
+def test_every_matmul_is_int8(int8_llm):
+    model = int8_llm.engine.runner.model
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    assert len(linears) == 8 * 7 + 1 and all(type(m) is Int8Linear for m in linears)
+    assert model.dtype == torch.float32  # the float32 parameters stay (state dict, tied embedding)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    assert "int8" in int8_llm.engine.precision and "torch._int_mm" in int8_llm.engine.matmuls
+
+
+def test_verified_equals_ar_under_int8(int8_llm):
+    prompts = [encode_chat(int8_llm.tokenizer, [{"role": "user", "content": q}]) for q in QUESTIONS]
+    params = {d: SamplingParams(temperature=0, max_tokens=48, decoding=d) for d in ("ar", "verified", "wedlm")}
+    ar = int8_llm.generate(prompts, params["ar"])
+    ver = int8_llm.generate(prompts, params["verified"])
+    assert [o["token_ids"] for o in ver] == [o["token_ids"] for o in ar]
+    # batch invariance: each prompt alone decodes as in the batch of four
+    assert [int8_llm.generate([p], params["ar"])[0]["token_ids"] for p in prompts] == [o["token_ids"] for o in ar]
+    # the quantized model still answers these held-out-style prompts
+    assert ar[1]["text"].endswith("85") and ar[2]["text"] == "Mia, Ben, Anna, Tom"
+    wedlm = int8_llm.generate(prompts, params["wedlm"])
+    assert wedlm[0]["stats"]["tokens_per_forward"] > 2
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"quantization": "int4"}, "quantization must be None or one of 'int8', got 'int4'"),
+    ({"quantization": "int8", "dtype": "bfloat16"}, "quantizes float32 weights, got dtype='bfloat16'"),
+    ({"quantization": "int8", "autocast": True}, "runs in one process without autocast"),
+    ({"quantization": "int8", "tensor_parallel_size": 2}, "runs in one process without autocast"),
+])
+def test_bad_quantization_settings(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        LLM(str(MODEL), device="cpu", **kwargs)
+
+
+def test_cli_rejects_unknown_quantization(capsys):
+    from wedlm.cli.main import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["generate", "--quantization", "int4", "hi"])
+    assert exc.value.code == 2
+    assert "argument --quantization: invalid choice: 'int4'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_compiled_int8_equals_eager_int8(int8_llm):
+    compiled = LLM(str(MODEL), device="cpu", quantization="int8", enforce_eager=False)
+    prompts = [encode_chat(int8_llm.tokenizer, [{"role": "user", "content": q}]) for q in QUESTIONS[:2]]
+    for decoding in ("ar", "wedlm"):
+        params = SamplingParams(temperature=0, max_tokens=32, decoding=decoding)
+        assert [o["token_ids"] for o in compiled.generate(prompts, params)] == \
+            [o["token_ids"] for o in int8_llm.generate(prompts, params)]

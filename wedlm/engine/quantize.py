@@ -1,0 +1,113 @@
+"""Int8 weights on the CPU: dynamic int8 activations times int8 weights for every matmul.
+
+`quantize_int8(model)` turns each `nn.Linear` of the model (q/k/v/o, gate/up/down and
+lm_head) into an `Int8Linear`: its weight quantized once per output channel (symmetric,
+scale = max |w| / 127 of the row), stored transposed as int8; each call quantizes every input
+row on its own (symmetric, scale = max |x| / 127 of the row), multiplies in int8 with exact
+int32 sums (`torch._int_mm`, torch's own int8 matrix product) and scales back to float32.
+
+Why per row: a row's result then depends on that row alone, and integer sums do not depend on
+how rows are grouped, so a request's logits are the same whatever else is in the forward. With
+one activation scale per call (FBGEMM's dynamic linear, `torch.ops.quantized.linear_dynamic`)
+the verify forward of `verified` quantized the anchor row with its drafts' scale, and `verified`
+parted from `ar` on 1 of 40 held-out counting items (docs/experiments.md, 2026-12-06). torchao's
+int8 dynamic-activation config does the same arithmetic behind a tensor subclass whose eager
+dispatch was slower than float32 on five of six matmul shapes of this size; here it is a few
+plain torch ops.
+
+GGUF files are dequantized to float32 when they are read (`wedlm.model.source`), so a Q8_0
+file's 32-weight blocks are requantized per output channel here: one scale per output row.
+
+The float32 weights stay as the modules' parameters (state dict, tied embeddings, `model.dtype`
+and `model.device` unchanged): memory grows by a quarter of the matmul weights.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .defaults import QUANTIZATIONS
+
+INT8_MATMULS = "int8 matmuls (torch._int_mm, int32 sums; activations per row, weights per channel)"
+
+
+def check_quantization(value: str | None, device: torch.device | None = None, dtype: str | None = None) -> str | None:
+    """`value` of the engine option `quantization`, checked: None (float weights) or "int8".
+
+    Args:
+        value: the option.
+        device: the resolved device, when known ("int8" runs on the CPU only).
+        dtype: the weights' dtype, when known ("int8" quantizes float32 weights).
+
+    Raises:
+        ValueError: naming `quantization` and what it allows.
+    """
+    if value is not None and value not in QUANTIZATIONS:
+        raise ValueError(f"quantization must be None or one of {', '.join(map(repr, QUANTIZATIONS))}, got {value!r}")
+    if value is None:
+        return None
+    if device is not None and device.type != "cpu":
+        raise ValueError(f"quantization={value!r} runs on the CPU only, got device {str(device)!r}")
+    if dtype is not None and dtype != "float32":
+        raise ValueError(f"quantization={value!r} quantizes float32 weights, got dtype={dtype!r}")
+    return value
+
+
+def int8_linear(x: torch.Tensor, qweight_t: torch.Tensor, wscale: torch.Tensor,
+                bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ W^T + bias with x quantized per row and W per output channel, int8 x int8 -> int32.
+
+    Args:
+        x: float32 [rows, in_features].
+        qweight_t: int8 [in_features, out_features], round(W / wscale) transposed.
+        wscale: float32 [out_features].
+        bias: float32 [out_features] or None.
+
+    Returns:
+        float32 [rows, out_features]; row i depends on x[i] alone.
+    """
+    xscale = x.abs().amax(dim=-1, keepdim=True).clamp_min(1e-12) / 127.0
+    xq = torch.round(x / xscale).to(torch.int8)
+    out = torch._int_mm(xq, qweight_t).float().mul_(xscale).mul_(wscale)
+    return out if bias is None else out.add_(bias)
+
+
+class Int8Linear(nn.Linear):
+    """nn.Linear whose forward is `int8_linear` on an int8 copy of its weight (`pack`).
+
+    Forward: x float32 [..., in_features] -> float32 [..., out_features].
+    """
+
+    qweight_t = None
+    wscale = None
+
+    def pack(self) -> None:
+        """Quantize the current weight: int8 [in, out] (`qweight_t`) and float32 scales [out] (`wscale`)."""
+        w = self.weight.detach().float()
+        scale = (w.abs().amax(dim=1) / 127.0).clamp_min(1e-12)
+        self.qweight_t = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8).t().contiguous()
+        self.wscale = scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = int8_linear(x.reshape(-1, self.in_features), self.qweight_t, self.wscale, self.bias)
+        return out.view(*x.shape[:-1], self.out_features)
+
+
+def quantize_int8(model: nn.Module) -> nn.Module:
+    """Make every plain `nn.Linear` of `model` an `Int8Linear` (in place) and return the model.
+
+    For a float32 model on the CPU, before any fast-path module swap (the fused q/k/v and
+    gate/up matmuls of `fast_model` read float weights directly). Idempotent.
+
+    Raises:
+        ValueError: the model's weights are not float32 or not on the CPU.
+    """
+    weight = next(model.parameters())
+    if weight.dtype != torch.float32 or weight.device.type != "cpu":
+        raise ValueError(f"quantization='int8' needs float32 weights on the CPU, got {weight.dtype} on {weight.device}")
+    for module in model.modules():
+        if type(module) is nn.Linear:
+            module.__class__ = Int8Linear
+            module.pack()
+    return model
