@@ -47,7 +47,10 @@ def child(model: str, max_tokens: int, eager: bool) -> dict:
         text = llm.generate([PROMPT], params)[0]["text"]
         times.append(time.perf_counter() - t0)
     compiled = llm.engine.runner.compiled
-    return {"load s": loaded - start, "first call s": times[0], "second call s": times[1],
+    from torch._dynamo.utils import counters
+
+    cache = {k: v for group in ("inductor", "aot_autograd") for k, v in counters[group].items() if "cache" in k}
+    return {"caches": cache, "load s": loaded - start, "first call s": times[0], "second call s": times[1],
             "graphs": compiled.graphs if compiled else 0, "compile s": compiled.compile_s if compiled else 0.0,
             "forward": "eager" if llm.engine.enforce_eager else "compiled", "text": text}
 

@@ -57,8 +57,13 @@ def forward_logits(model: QwenForCausalLM, input_ids: torch.Tensor, positions: t
     Returns:
         (float32 logits [num_rows, vocab], int64 argmax [num_rows]).
     """
-    with torch.autocast(input_ids.device.type, dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+    if autocast is None:
+        # no autocast region at all, not a disabled one: a traced autocast region (even disabled)
+        # is a graph node AOTAutograd's persistent cache refuses, so a warm process re-traced it
         logits = model(input_ids, positions, attn, logit_rows)
+    else:
+        with torch.autocast(input_ids.device.type, dtype=autocast):
+            logits = model(input_ids, positions, attn, logit_rows)
     logits = logits.float()
     if mask_token_id is not None:
         logits[:, mask_token_id] = float("-inf")
