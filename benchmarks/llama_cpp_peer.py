@@ -246,7 +246,7 @@ def main() -> None:
     path = write_gguf(model_dir, Path(a.gguf) if a.gguf else Path(tmp.name) / "model-f32.gguf")
     peer = llama_cpp.Llama(model_path=str(path), n_ctx=2048, n_batch=512, n_threads=1, n_threads_batch=1,
                            verbose=False)
-    engines = {"eager": LLM(model=str(model_dir)), "compiled": LLM(model=str(model_dir), enforce_eager=False)}
+    engines = {"eager": LLM(model=str(model_dir), enforce_eager=True), "compiled": LLM(model=str(model_dir), enforce_eager=False)}
     tokenizer = engines["eager"].tokenizer
     stops = set(engines["eager"].engine.stop_ids)
     prompts = [encode_chat(tokenizer, [{"role": "user", "content": p}]) for p in PROMPTS]

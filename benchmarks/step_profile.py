@@ -16,7 +16,8 @@ count) measure this CPU's peak rates in the same process; the floor is the large
 FLOPs / peak FLOP rate and bytes / read bandwidth, printed with the measured step as "x floor".
 
     python benchmarks/step_profile.py --batch 1 --batch 8
-    python benchmarks/step_profile.py --trees /tmp/before,.,.+compiled --batch 1 --batch 8
+    python benchmarks/step_profile.py --trees .+eager,.+compiled --batch 1 --batch 8
+    python benchmarks/step_profile.py --trees /tmp/before+compiled,.+compiled --batch 1 --batch 8
     python benchmarks/step_profile.py --model M --device cuda --dtype bfloat16 --trees .,.+compiled --top 12
 """
 
@@ -118,14 +119,14 @@ def _floor(llm, shapes: list, steps: int) -> dict:
             "forwards per step": len(shapes) / max(steps, 1)}
 
 
-def profile(model: str, batch: int, max_tokens: int, decoding: str, compiled: bool = False,
+def profile(model: str, batch: int, max_tokens: int, decoding: str, compiled: bool | None = None,
             device: str = "cpu", dtype: str | None = None, top: int = 0) -> dict:
     import torch
 
     from wedlm import LLM, SamplingParams
 
     torch.set_num_threads(1)
-    extra = {"enforce_eager": False} if compiled else {}
+    extra = {} if compiled is None else {"enforce_eager": not compiled}
     llm = LLM(model, device=device, dtype=dtype, max_num_seqs=max(batch, 1), enable_prefix_caching=False,
               **extra)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, decoding=decoding, ignore_eos=True)
@@ -193,29 +194,31 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--decoding", default="wedlm")
     ap.add_argument("--trees", default=None, help="comma-separated source trees, profiled side by side; "
-                    "TREE+compiled runs that tree with enforce_eager=False (warm-up compiles)")
+                    "TREE+compiled runs that tree with enforce_eager=False (warm-up compiles), TREE+eager with "
+                    "enforce_eager=True, TREE alone with the tree's default")
     ap.add_argument("--repeats", type=int, default=3,
                     help="runs per tree, alternating trees; the table keeps each cell's minimum (least load)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda (one torch thread on the host either way)")
     ap.add_argument("--dtype", default=None, help="weights dtype, e.g. bfloat16 (default: the checkpoint's)")
     ap.add_argument("--top", type=int, default=0, help="also list the N functions with the most own time per step")
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--compiled", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--mode", choices=("compiled", "eager"), default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     batches = args.batch or [1, 8]
     if args.json:
-        print(json.dumps({b: profile(args.model, b, args.max_tokens, args.decoding, args.compiled, args.device,
+        print(json.dumps({b: profile(args.model, b, args.max_tokens, args.decoding,
+                                     None if args.mode is None else args.mode == "compiled", args.device,
                                      args.dtype, args.top) for b in batches}))
         return 0
     trees = args.trees.split(",") if args.trees else [str(Path(__file__).resolve().parents[1])]
     runs: list[list[dict]] = [[] for _ in trees]
     for _ in range(args.repeats):  # alternate the trees so load drifts hit them alike
         for i, tree in enumerate(trees):
-            path, _, mode = tree.partition("+")  # "TREE+compiled": that tree with enforce_eager=False
+            path, _, mode = tree.partition("+")  # "TREE+compiled" / "TREE+eager": enforce_eager False / True
             cmd = [sys.executable, str(Path(__file__).resolve()), "--json", "--model", args.model,
                    "--max-tokens", str(args.max_tokens), "--decoding", args.decoding, "--device", args.device,
                    "--top", str(args.top)] + (["--dtype", args.dtype] if args.dtype else [])
-            cmd += ["--compiled"] if mode == "compiled" else []
+            cmd += ["--mode", mode] if mode else []
             for b in batches:
                 cmd += ["--batch", str(b)]
             env = dict(os.environ, PYTHONPATH=str(Path(path).resolve()), OMP_NUM_THREADS="1")
