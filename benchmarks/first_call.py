@@ -1,7 +1,8 @@
 """First-call latency of the default engine: a cold compile cache, then a warm one, then eager.
 
 Each configuration runs in a fresh Python process (one torch thread) that builds `LLM(model)`
-with no engine options (the default: compiled where `resolve_enforce_eager` says so) and times
+with no engine options (the default: compiled where `resolve_enforce_eager` says so) and times,
+for one chat-formatted prompt (the tokenizer's chat template, as `wedlm generate --chat`), greedy:
   * load: `LLM(...)` (weights, fused modules, KV cache);
   * first call: the first `generate` of one prompt (compiles, or loads compiled graphs);
   * second call: the same `generate` again (the steady state);
@@ -9,7 +10,7 @@ with no engine options (the default: compiled where `resolve_enforce_eager` says
 The processes, in order: "cold" (an empty compile cache folder), "warm" (the same folder again:
 what a second `wedlm generate` on this machine pays) and "eager" (`enforce_eager=True`).
 
-    python benchmarks/first_call.py [--model models/wedlm-tiny] [--max-tokens 32] [--repeats 1]
+    python benchmarks/first_call.py [--model models/wedlm-tiny] [--max-tokens 128] [--repeats 1]
 
 The compile cache folder is a fresh temporary one (TORCHINDUCTOR_CACHE_DIR), so "cold" is cold
 whatever ~/.cache/wedlm/torch-compile holds; it is deleted at the end. `--repeats N` runs the
@@ -41,10 +42,14 @@ def child(model: str, max_tokens: int, eager: bool) -> dict:
     llm = LLM(model, device="cpu", **({"enforce_eager": True} if eager else {}))
     loaded = time.perf_counter()
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+    prompt = PROMPT
+    if llm.tokenizer is not None and llm.tokenizer.chat_template:
+        prompt = llm.tokenizer.apply_chat_template([{"role": "user", "content": PROMPT}], add_generation_prompt=True,
+                                                   tokenize=False)
     times, text = [], None
     for _ in range(2):
         t0 = time.perf_counter()
-        text = llm.generate([PROMPT], params)[0]["text"]
+        text = llm.generate([prompt], params)[0]["text"]
         times.append(time.perf_counter() - t0)
     compiled = llm.engine.runner.compiled
     from torch._dynamo.utils import counters
@@ -52,7 +57,8 @@ def child(model: str, max_tokens: int, eager: bool) -> dict:
     cache = {k: v for group in ("inductor", "aot_autograd") for k, v in counters[group].items() if "cache" in k}
     return {"caches": cache, "load s": loaded - start, "first call s": times[0], "second call s": times[1],
             "graphs": compiled.graphs if compiled else 0, "compile s": compiled.compile_s if compiled else 0.0,
-            "forward": "eager" if llm.engine.enforce_eager else "compiled", "text": text}
+            "forward": "eager" if llm.engine.enforce_eager else "compiled", "text": text,
+            "tokens": len(llm.tokenizer.encode(text)) if llm.tokenizer is not None else 0}
 
 
 def run(model: str, max_tokens: int, cache: Path, eager: bool) -> dict:
@@ -68,7 +74,7 @@ def run(model: str, max_tokens: int, cache: Path, eager: bool) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=str(Path(__file__).resolve().parents[1] / "models" / "wedlm-tiny"))
-    ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--eager", action="store_true", help=argparse.SUPPRESS)
@@ -76,8 +82,9 @@ def main() -> int:
     if args.child:
         print(json.dumps(child(args.model, args.max_tokens, args.eager)))
         return 0
-    keys = ("load s", "first call s", "second call s", "graphs", "compile s")
-    print(f"model {args.model}, one prompt, {args.max_tokens} tokens, one thread, fresh process per row")
+    keys = ("load s", "first call s", "second call s", "graphs", "compile s", "tokens")
+    print(f"model {args.model}, one chat prompt ({PROMPT!r}), at most {args.max_tokens} tokens, one thread, "
+          "fresh process per row")
     print("| run | process | forward | " + " | ".join(keys) + " |")
     print("|---|---|---|" + "---|" * len(keys))
     for i in range(args.repeats):
