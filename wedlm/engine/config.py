@@ -169,10 +169,11 @@ def resolve_enforce_eager(requested: bool | None, device: torch.device) -> tuple
 
     None is automatic: the compiled forward (False) wherever torch's inductor can build kernels
     for `device` (`hardware.compile_toolchain`: a C++ compiler on a CPU, Triton on CUDA), else
-    eager. Compiling pays on every device measured: on the shipped model (one CPU thread) a
-    batch-1 `wedlm` step ran 1.4-1.5x faster compiled, and the compiled graphs are cached on disk
-    (`compiled.compile_cache_dir`), so the compile time is paid once per machine, not per process
-    (docs/engine.md, "Compiled forward"). The environment variable WEDLM_ENFORCE_EAGER ("0" or
+    eager. The compiled step is the faster one on every device measured (shipped model, one CPU
+    thread, batch-1 `wedlm`: eager took 1.44x the compiled step's time), and the generated kernels
+    are cached on disk (`compiled.compile_cache_dir`), so a later process pays the model's trace
+    (seconds), not the whole compile (docs/engine.md, "Compiled forward": a short one-off run is
+    faster with True). The environment variable WEDLM_ENFORCE_EAGER ("0" or
     "1") overrides the automatic choice (the test suite sets "1": only the tests of the compiled
     forward compile); an explicit True or False wins over both.
 
