@@ -8,6 +8,11 @@ on each engine; prints the median microseconds per step and the median of the pe
 to the engine's own setting, and fails if any configuration's token ids differ.
 
     python benchmarks/compile_options.py [--rounds 15] [--configs eager,shipped,no-cache,python-wrapper,freezing]
+    python benchmarks/compile_options.py --configs shipped --rounds 0 --kernels 20
+
+`--kernels N` also prints torch.profiler's N ops with the most own CPU time over one more
+request of the first configuration (where a compiled step's time goes: matmul kernels, the
+custom-op wrapper around them, inductor's own kernels, dynamo's guard check).
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--decoding", default="wedlm")
     ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--kernels", type=int, default=0)
     args = ap.parse_args()
     import torch
 
@@ -77,6 +83,20 @@ def main() -> int:
                 llm.step()
                 steps += 1
             per_step[name].append(1e6 * (time.perf_counter() - start) / steps)
+    if args.kernels:
+        from torch.profiler import ProfilerActivity, profile
+
+        llm = llms[names[0]]
+        llm.add_request(prompt, params)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            steps = 0
+            while llm.has_unfinished():
+                llm.step()
+                steps += 1
+        print(f"\n{names[0]}: {steps} steps under torch.profiler (its own overhead included)")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.kernels))
+    if not args.rounds:
+        return 0
     base = "shipped" if "shipped" in names else names[0]
     print(f"\nbatch 1, {args.decoding}, {steps} steps, {args.rounds} rounds, one thread; ratio = median of "
           f"per-round ratios to {base}")
