@@ -145,7 +145,7 @@ def load_systems(folder: Path, q4: Path, f32: Path, threads: int, max_len: int) 
     # autocast=False: float32 compute like the other rows (on a CPU with bf16 units the engine would
     # otherwise autocast a model this wide to bf16, and its tokens would part from transformers' at near-ties)
     kw = dict(max_model_len=max_len, max_num_seqs=8, dtype="float32", device="cpu", autocast=False)
-    systems = {"engine_eager": LLM(str(folder), **kw), "engine_compiled": LLM(str(folder), enforce_eager=False, **kw),
+    systems = {"engine_eager": LLM(str(folder), enforce_eager=True, **kw), "engine_compiled": LLM(str(folder), enforce_eager=False, **kw),
                "engine_gguf": LLM(str(q4), **kw),
                "transformers": AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()}
     systems["transformers"].generation_config.eos_token_id = None  # exactly n tokens, like the others

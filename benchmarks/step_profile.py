@@ -8,8 +8,16 @@ model forward, the rest of `execute` (logits, argmax, split), decoder updates (e
 fill), commit and detokenization. `--trees A,B` runs the same profile in subprocesses
 on other source trees (e.g. an exported older commit) and prints the tables side by side.
 
+Below each table: the step's floor on this CPU. The runner's inputs of every timed step
+(tokens fed, logit rows, keys each query reads) give the step's float32 FLOPs (every matmul,
+attention's QK^T and PV) and bytes (the matmul weights once, the K/V rows read); a float32
+matmul (`--peak-size`, one thread) and a read of a buffer of the step's bytes (same thread
+count) measure this CPU's peak rates in the same process; the floor is the larger of
+FLOPs / peak FLOP rate and bytes / read bandwidth, printed with the measured step as "x floor".
+
     python benchmarks/step_profile.py --batch 1 --batch 8
-    python benchmarks/step_profile.py --trees /tmp/before,.,.+compiled --batch 1 --batch 8
+    python benchmarks/step_profile.py --trees .+eager,.+compiled --batch 1 --batch 8
+    python benchmarks/step_profile.py --trees /tmp/before+compiled,.+compiled --batch 1 --batch 8
     python benchmarks/step_profile.py --model M --device cuda --dtype bfloat16 --trees .,.+compiled --top 12
 """
 
@@ -40,14 +48,85 @@ PARTS = [
 ]
 
 
-def profile(model: str, batch: int, max_tokens: int, decoding: str, compiled: bool = False,
+def step_cost(config, tokens: int, rows: int, keys: int, kv_rows: int) -> tuple[int, int]:
+    """(FLOPs, bytes) of one float32 forward of a model of `config` (a `ModelConfig`).
+
+    Args:
+        tokens: tokens fed; rows: logit rows; keys: (query, key) pairs summed over every fed
+            token (a query at cache length c + i reads c + i + 1 keys); kv_rows: cache rows read,
+            summed over the sequences.
+
+    FLOPs: 2 x the multiply-adds of every matmul (q/k/v, o, gate/up, down, lm_head at `rows`) and
+    of attention's QK^T and PV. Bytes: the matmul weights read once (lm_head counted even when
+    tied) plus K and V of every layer at each cache row read.
+    """
+    h, i, v, layers = config.hidden_size, config.intermediate_size, config.vocab_size, config.num_hidden_layers
+    q, kv = config.num_attention_heads * config.head_dim, config.num_key_value_heads * config.head_dim
+    per_layer = h * (q + 2 * kv) + q * h + h * 2 * i + i * h
+    flops = 2 * (tokens * layers * per_layer + layers * 2 * keys * q + rows * h * v)
+    return flops, 4 * (layers * per_layer + v * h) + 4 * 2 * layers * kv * kv_rows
+
+
+def measure_peaks(nbytes: int, size: int = 512, seconds: float = 0.3) -> dict:
+    """This CPU's float32 matmul rate (a [size, size] x [size, size] product, FLOP/s) and read
+    bandwidth over a buffer of `nbytes` (at least 1 MB; bytes/s), at the current thread count:
+    the best of repeated timings (peaks, not typical)."""
+    import torch
+
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    buf = torch.ones(max(nbytes, 1 << 20) // 4)
+
+    def best(fn, work):
+        fn()
+        rate, deadline = 0.0, time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            start = time.perf_counter()
+            fn()
+            rate = max(rate, work / (time.perf_counter() - start))
+        return rate
+
+    return {"peak_flops": best(lambda: torch.mm(a, b), 2 * size ** 3),
+            "peak_bytes": best(lambda: buf.sum(), buf.numel() * 4)}
+
+
+def _record_shapes(runner) -> list:
+    """Wrap `runner.prepare` to log (tokens, rows, keys, kv rows read) of each forward's real items."""
+    shapes, prepare = [], runner.prepare
+
+    def recording(items):
+        tokens = sum(len(it.token_ids) for it in items)
+        rows = sum(len(it.logit_rows) for it in items)
+        keys = sum(n * it.context_len + n * (n + 1) // 2 for it in items for n in [len(it.token_ids)])
+        kv_rows = sum(it.context_len + len(it.token_ids) for it in items)
+        shapes.append((tokens, rows, keys, kv_rows))
+        return prepare(items)
+
+    runner.prepare = recording
+    return shapes
+
+
+def _floor(llm, shapes: list, steps: int) -> dict:
+    """Per step: mean FLOPs and bytes of the recorded forwards (`step_cost`), this CPU's peaks
+    (`measure_peaks`) and the floor they give."""
+    config = llm.engine.runner.model.config
+    costs = [step_cost(config, *shape) for shape in shapes]
+    flops = sum(c[0] for c in costs) / max(steps, 1)
+    nbytes = sum(c[1] for c in costs) / max(steps, 1)
+    peaks = measure_peaks(int(nbytes))
+    return {"MFLOP": flops / 1e6, "MB read": nbytes / 1e6,
+            "peak GFLOP/s": peaks["peak_flops"] / 1e9, "peak GB/s": peaks["peak_bytes"] / 1e9,
+            "floor": 1e6 * max(flops / peaks["peak_flops"], nbytes / peaks["peak_bytes"]),
+            "forwards per step": len(shapes) / max(steps, 1)}
+
+
+def profile(model: str, batch: int, max_tokens: int, decoding: str, compiled: bool | None = None,
             device: str = "cpu", dtype: str | None = None, top: int = 0) -> dict:
     import torch
 
     from wedlm import LLM, SamplingParams
 
     torch.set_num_threads(1)
-    extra = {"enforce_eager": False} if compiled else {}
+    extra = {} if compiled is None else {"enforce_eager": not compiled}
     llm = LLM(model, device=device, dtype=dtype, max_num_seqs=max(batch, 1), enable_prefix_caching=False,
               **extra)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, decoding=decoding, ignore_eos=True)
@@ -57,11 +136,13 @@ def profile(model: str, batch: int, max_tokens: int, decoding: str, compiled: bo
         llm.generate(group, warm)
     for p in prompts:  # once without the profiler: the honest wall time of a step
         llm.add_request(p, params)
+    shapes = _record_shapes(llm.engine.runner)
     steps, start = 0, time.perf_counter()
     while llm.has_unfinished():
         llm.step()
         steps += 1
     wall = time.perf_counter() - start
+    floor = _floor(llm, shapes, steps)
     for p in prompts:
         llm.add_request(p, params)
     prof = cProfile.Profile()
@@ -72,7 +153,7 @@ def profile(model: str, batch: int, max_tokens: int, decoding: str, compiled: bo
         steps += 1
     prof.disable()
     stats = pstats.Stats(prof).stats
-    out = {"steps": steps, "step wall, no profiler": 1e6 * wall / max(steps, 1)}
+    out = {"steps": steps, "step wall, no profiler": 1e6 * wall / max(steps, 1), **floor}
     if top:  # the functions with the most own time (a device synchronisation shows up here)
         own = sorted(((tottime, f"{Path(path).name}:{line} {name}") for (path, line, name), (_, _, tottime, _, _)
                       in stats.items()), reverse=True)[:top]
@@ -90,6 +171,22 @@ def profile(model: str, batch: int, max_tokens: int, decoding: str, compiled: bo
     return out
 
 
+def print_floor(cells: list[dict]) -> None:
+    """The floor rows under a profile table, one column per tree (`_floor`'s keys)."""
+    for cell in cells:  # the peaks at their best over the runs: the floor from them
+        cell["floor"] = 1e3 * max(cell["MFLOP"] / cell["peak GFLOP/s"], cell["MB read"] / cell["peak GB/s"])
+    rows = [("forwards per step", "{:.2f}", lambda c: c["forwards per step"]),
+            ("MFLOP per step (float32)", "{:.1f}", lambda c: c["MFLOP"]),
+            ("MB read per step (weights + KV)", "{:.1f}", lambda c: c["MB read"]),
+            ("peak GFLOP/s (fp32 matmul, 1 thread)", "{:.1f}", lambda c: c["peak GFLOP/s"]),
+            ("peak GB/s (read, step-sized buffer)", "{:.1f}", lambda c: c["peak GB/s"]),
+            ("floor: max(FLOP/peak, bytes/bandwidth)", "{:.0f}", lambda c: c["floor"]),
+            ("step wall, x floor", "{:.2f}x", lambda c: c["step wall, no profiler"] / c["floor"]),
+            ("execute (forward + logits), x floor", "{:.2f}x", lambda c: c["execute (forward + logits)"] / c["floor"])]
+    for label, fmt, value in rows:
+        print(f"| {label} | " + " | ".join(fmt.format(value(c)) for c in cells) + " |")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=str(Path(__file__).resolve().parents[1] / "models" / "wedlm-tiny"))
@@ -97,35 +194,38 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--decoding", default="wedlm")
     ap.add_argument("--trees", default=None, help="comma-separated source trees, profiled side by side; "
-                    "TREE+compiled runs that tree with enforce_eager=False (warm-up compiles)")
+                    "TREE+compiled runs that tree with enforce_eager=False (warm-up compiles), TREE+eager with "
+                    "enforce_eager=True, TREE alone with the tree's default")
     ap.add_argument("--repeats", type=int, default=3,
                     help="runs per tree, alternating trees; the table keeps each cell's minimum (least load)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda (one torch thread on the host either way)")
     ap.add_argument("--dtype", default=None, help="weights dtype, e.g. bfloat16 (default: the checkpoint's)")
     ap.add_argument("--top", type=int, default=0, help="also list the N functions with the most own time per step")
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--compiled", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--mode", choices=("compiled", "eager"), default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     batches = args.batch or [1, 8]
     if args.json:
-        print(json.dumps({b: profile(args.model, b, args.max_tokens, args.decoding, args.compiled, args.device,
+        print(json.dumps({b: profile(args.model, b, args.max_tokens, args.decoding,
+                                     None if args.mode is None else args.mode == "compiled", args.device,
                                      args.dtype, args.top) for b in batches}))
         return 0
     trees = args.trees.split(",") if args.trees else [str(Path(__file__).resolve().parents[1])]
     runs: list[list[dict]] = [[] for _ in trees]
     for _ in range(args.repeats):  # alternate the trees so load drifts hit them alike
         for i, tree in enumerate(trees):
-            path, _, mode = tree.partition("+")  # "TREE+compiled": that tree with enforce_eager=False
+            path, _, mode = tree.partition("+")  # "TREE+compiled" / "TREE+eager": enforce_eager False / True
             cmd = [sys.executable, str(Path(__file__).resolve()), "--json", "--model", args.model,
                    "--max-tokens", str(args.max_tokens), "--decoding", args.decoding, "--device", args.device,
                    "--top", str(args.top)] + (["--dtype", args.dtype] if args.dtype else [])
-            cmd += ["--compiled"] if mode == "compiled" else []
+            cmd += ["--mode", mode] if mode else []
             for b in batches:
                 cmd += ["--batch", str(b)]
             env = dict(os.environ, PYTHONPATH=str(Path(path).resolve()), OMP_NUM_THREADS="1")
             text = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
             runs[i].append(json.loads(text.strip().splitlines()[-1]))
-    results = [{b: {k: (max if k == "compile_s" else min)(r[b][k] for r in tree_runs) for k in tree_runs[0][b]
+    best = ("compile_s", "peak GFLOP/s", "peak GB/s")  # kept at their largest; the rest at their least
+    results = [{b: {k: (max if k in best else min)(r[b][k] for r in tree_runs) for k in tree_runs[0][b]
                     if k != "top"} for b in tree_runs[0]} for tree_runs in runs]
     for b in batches:
         b = str(b)
@@ -138,6 +238,7 @@ def main() -> int:
         if any("compile_s" in r[b] for r in results):
             print("| compile (s, largest of the runs) | "
                   + " | ".join(f"{r[b]['compile_s']:.1f}" if "compile_s" in r[b] else "-" for r in results) + " |")
+        print_floor([r[b] for r in results])
         for tree, tree_runs in zip(trees, runs):
             if tree_runs[-1][b].get("top"):
                 print(f"\nmost own time per step, {tree} (last run, us): "

@@ -41,7 +41,7 @@ for mode in eager compiled; do
 done
 before=$(mktemp -d)
 git archive "$BEFORE" wedlm | tar -x -C "$before"
-part step-profile sh -c "$PY benchmarks/step_profile.py --trees $before,.,.+compiled --batch 1 --batch 8 \
+part step-profile sh -c "$PY benchmarks/step_profile.py --trees $before+eager,.+eager,.+compiled --batch 1 --batch 8 \
   > '$OUT/step_profile.txt'"
 rm -rf "$before"
 $PY benchmarks/speed_tables.py "$OUT" > "$OUT/speed_tables.md"

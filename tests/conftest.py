@@ -12,6 +12,9 @@ torch.set_num_threads(1)  # a training job may share the 2 cores; oversubscripti
 os.environ.setdefault("WEDLM_CPU_BF16", "0")
 # Likewise the float32 matmul kernel: BLAS everywhere (tests/engine/test_onednn_linear.py forces oneDNN).
 os.environ.setdefault("WEDLM_CPU_LINEAR", "blas")
+# The engine compiles its forward by default; compiling costs tens of seconds per graph on a busy
+# core, so the suite runs eager unless a test asks for the compiled forward (enforce_eager=False).
+os.environ.setdefault("WEDLM_ENFORCE_EAGER", "1")
 
 
 @pytest.fixture(scope="session")

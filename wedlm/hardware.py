@@ -108,3 +108,25 @@ def cpu_prefers_onednn_linear(vendor: str | None = None, flags: set[str] | None 
     if vendor == "AuthenticAMD" and "avx512f" in flags:
         return True, "auto: AMD CPU with AVX-512, where MKL is slow"
     return False, "auto: BLAS" if vendor != "AuthenticAMD" else "auto: AMD CPU without AVX-512, where MKL is faster"
+
+
+def compile_toolchain(device_type: str) -> tuple[bool, str]:
+    """(torch.compile's inductor can build kernels for `device_type` here, why).
+
+    Inductor compiles a CPU graph to C++ with the system's C++ compiler (`g++`, or $CXX /
+    torch's `cpp.cxx` setting; `cl` on Windows) and a CUDA graph to Triton kernels; without
+    that tool a compiled forward fails at its first call, so the engine's automatic choice
+    (`engine.config.resolve_enforce_eager`) stays eager. Other device types: False.
+    """
+    if device_type == "cuda":
+        from torch.utils._triton import has_triton
+
+        return (True, "Triton found") if has_triton() else (False, "no Triton for CUDA kernels")
+    if device_type != "cpu":
+        return False, f"no inductor backend for {device_type}"
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+
+        return True, f"C++ compiler {get_cpp_compiler()}"
+    except Exception as err:  # inductor raises its own InvalidCxxCompiler (or OSError) when none works
+        return False, f"no C++ compiler for inductor ({type(err).__name__})"

@@ -38,6 +38,7 @@ def test_top_level_schema(bench):
     assert result["engine"]["matmuls"] == ("BLAS float32 matmuls (WEDLM_CPU_LINEAR=blas); "
                                           "one-row matmuls on transposed weight copies")
     assert result["engine"]["precision"].startswith("float32 weights, no autocast")
+    assert result["engine"]["forward"] == "eager"  # the suite's WEDLM_ENFORCE_EAGER=1 (tests/conftest.py)
     assert [s["name"] for s in result["systems"]] == [
         "wedlm t=0.4 l=0.02", "wedlm t=0.9 l=0.02", "blockwise t=0.9", "verified", "ar", "transformers"]
     assert [t["name"] for t in result["tasks"]] == ["counting", "arithmetic", "listops", "code", "text"]

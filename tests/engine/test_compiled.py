@@ -44,7 +44,9 @@ def test_all_decoders_same_tokens_eager_and_compiled(make_llm, compiled_llm):
     runner = compiled_llm.engine.runner
     # buckets: one graph per (batch 1 or more) x (one query per sequence or more), never one per step
     assert runner.compiled is not None and runner.compiled.graphs == 4
-    assert make_llm().engine.runner.compiled is None
+    assert not compiled_llm.engine.enforce_eager
+    # the test suite's default (WEDLM_ENFORCE_EAGER=1, tests/conftest.py) is eager
+    assert make_llm().engine.runner.compiled is None and make_llm().engine.enforce_eager
 
 
 @pytest.mark.slow
@@ -57,9 +59,56 @@ def test_each_decoder_alone_same_tokens(make_llm, compiled_llm, decoding):
     assert [compiled_llm.generate([p], params)[0]["token_ids"] for p in prompts] == eager
 
 
-def test_enforce_eager_must_be_bool(tiny_path):
-    with pytest.raises(ValueError, match="enforce_eager must be True or False"):
+def test_enforce_eager_must_be_bool_or_none(tiny_path):
+    with pytest.raises(ValueError, match="enforce_eager must be None \\(automatic\\), True or False, got 'no'"):
         LLM(str(tiny_path), device="cpu", enforce_eager="no")
+
+
+def test_automatic_enforce_eager(monkeypatch):
+    """None compiles exactly where inductor has its toolchain; WEDLM_ENFORCE_EAGER overrides the
+    automatic choice, an explicit value overrides both, a bad variable is named."""
+    import torch
+
+    from wedlm.engine import config
+
+    cpu = torch.device("cpu")
+    monkeypatch.delenv("WEDLM_ENFORCE_EAGER", raising=False)
+    monkeypatch.setattr(config, "compile_toolchain", lambda kind: (kind == "cpu", f"{kind} toolchain"))
+    assert config.resolve_enforce_eager(None, cpu) == (False, "auto: cpu toolchain")
+    assert config.resolve_enforce_eager(None, torch.device("cuda")) == (True, "auto: cuda toolchain")
+    assert config.resolve_enforce_eager(True, cpu) == (True, "requested")
+    monkeypatch.setenv("WEDLM_ENFORCE_EAGER", "1")
+    assert config.resolve_enforce_eager(None, cpu) == (True, "WEDLM_ENFORCE_EAGER=1")
+    assert config.resolve_enforce_eager(False, cpu) == (False, "requested")
+    monkeypatch.setenv("WEDLM_ENFORCE_EAGER", "yes")
+    with pytest.raises(ValueError, match="WEDLM_ENFORCE_EAGER must be '0' or '1', got 'yes'"):
+        config.resolve_enforce_eager(None, cpu)
+
+
+def test_compile_toolchain_of_this_machine():
+    """A CPU build of torch has a C++ compiler to find here (the compiled tests need it) and no
+    backend for an unknown device type."""
+    import shutil
+
+    from wedlm.hardware import compile_toolchain
+
+    found, why = compile_toolchain("cpu")
+    assert found == any(shutil.which(c) for c in ("g++", "clang++")), why
+    assert compile_toolchain("mps") == (False, "no inductor backend for mps")
+
+
+def test_compile_cache_dir(monkeypatch, tmp_path):
+    """TORCHINDUCTOR_CACHE_DIR wins; else the engine's cache folder, exported to torch."""
+    from wedlm.engine.compiled import compile_cache_dir
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    assert compile_cache_dir() == tmp_path / "mine"
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    monkeypatch.setenv("WEDLM_CACHE", str(tmp_path / "wedlm"))
+    assert compile_cache_dir() == tmp_path / "wedlm" / "torch-compile"
+    import os
+
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "wedlm" / "torch-compile")
 
 
 def test_plain_weights_are_static_and_settings_are_restored(compiled_llm):

@@ -76,7 +76,7 @@ class BenchConfig:
     transformers: bool = True
     window_size: int | None = None
     prefix_caching: bool = False
-    enforce_eager: bool = True
+    enforce_eager: bool | None = None
     autocast: bool | None = None
     quantization: str | None = None
     device: str = "cpu"
@@ -213,7 +213,8 @@ def run_bench(cfg: BenchConfig, llm=None, hf=None) -> dict:
             "model": cfg.model, "machine": info, "machine_line": machine_line(info),
             "stop_by_ar": llm.decoding_defaults["wedlm_stop_by_ar"],  # what the wedlm rows decode with
             "stop_in_run": llm.decoding_defaults["wedlm_stop_in_run"],
-            "engine": {"precision": llm.engine.precision, "matmuls": llm.engine.matmuls},  # what the forward ran
+            "engine": {"precision": llm.engine.precision, "matmuls": llm.engine.matmuls,
+                       "forward": "eager" if llm.engine.enforce_eager else "compiled"},  # what the forward ran
             "config": _config_dict(cfg),
             "systems": [{"name": s.name, **asdict(s.spec)} for s in systems],
             "tasks": [{"name": t.name, "kind": t.kind, "max_tokens": t.max_tokens,

@@ -141,7 +141,7 @@ def config_from_args(args: argparse.Namespace, command: str = ""):
                        batch_sizes=args.batch_sizes, max_tokens=args.max_tokens,
                        verified=not args.no_verified, transformers=not args.no_transformers,
                        window_size=args.window_size, prefix_caching=args.prefix_caching, device=args.device, dtype=args.dtype, quick=quick,
-                       enforce_eager=args.enforce_eager is not False, autocast=args.autocast,
+                       enforce_eager=args.enforce_eager, autocast=args.autocast,
                        quantization=args.quantization,
                        command=command, **picked)
 

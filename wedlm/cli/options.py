@@ -161,9 +161,11 @@ def resolve_model_arg(args: argparse.Namespace) -> bool:
 def add_speed_args(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """--enforce-eager / --no-enforce-eager and --autocast / --no-autocast (engine options)."""
     parser.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=None,
-                        help="--no-enforce-eager runs the torch.compile'd forward on shape buckets (CUDA: "
-                             "plus CUDA graphs of decode steps; the first steps compile, logged with their "
-                             "time); default: the engine's (eager)")
+                        help="--enforce-eager runs the forward eagerly (the reference path); "
+                             "--no-enforce-eager forces the torch.compile'd forward on shape buckets (CUDA: plus "
+                             "CUDA graphs of decode steps); default: automatic, compiled wherever torch's inductor "
+                             "can build kernels (a C++ compiler on a CPU, Triton on CUDA), its graphs cached on disk "
+                             "($TORCHINDUCTOR_CACHE_DIR, else ~/.cache/wedlm/torch-compile)")
     parser.add_argument("--autocast", action=argparse.BooleanOptionalAction, default=None,
                         help="bf16 autocast of float32 weights; default: automatic (on for a CPU with native "
                              "bf16 matrix units, AMX / AVX512-BF16, and a model of hidden size >= 512)")

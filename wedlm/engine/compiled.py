@@ -9,17 +9,24 @@ code is C++ too, inductor's `cpp_wrapper`), called with
 inputs padded to shape buckets (`buckets.py`) so a new step rarely means a new
 compile. `enforce_eager=True` (the engine option) runs `forward_logits`
 directly; `tests/engine/test_compiled.py` checks that both give the same tokens.
+
+Compiled graphs persist on disk (torch's FX graph and AOTAutograd caches, on by default in
+torch) under `compile_cache_dir()`: a second process with the same model, shapes and torch
+build loads the generated kernels instead of generating and building them again.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
+from pathlib import Path
 
 import torch
 from torch.fx.experimental import _config as fx_config
 
 from ..model import PagedAttention, QwenForCausalLM
+from ..model.source import cache_dir
 
 log = logging.getLogger("wedlm.engine")
 
@@ -50,19 +57,33 @@ def forward_logits(model: QwenForCausalLM, input_ids: torch.Tensor, positions: t
     Returns:
         (float32 logits [num_rows, vocab], int64 argmax [num_rows]).
     """
-    with torch.autocast(input_ids.device.type, dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+    if autocast is None:
+        # no autocast region at all, not a disabled one: a traced autocast region (even disabled)
+        # is a graph node AOTAutograd's persistent cache refuses, so a warm process re-traced it
         logits = model(input_ids, positions, attn, logit_rows)
+    else:
+        with torch.autocast(input_ids.device.type, dtype=autocast):
+            logits = model(input_ids, positions, attn, logit_rows)
     logits = logits.float()
     if mask_token_id is not None:
         logits[:, mask_token_id] = float("-inf")
     return logits, logits.argmax(-1)
 
 
+def compile_cache_dir() -> Path:
+    """Where compiled graphs are cached across processes: `$TORCHINDUCTOR_CACHE_DIR` when set
+    (torch's own variable), else `cache_dir()/torch-compile` (~/.cache/wedlm/torch-compile, or
+    under `$WEDLM_CACHE`). Sets TORCHINDUCTOR_CACHE_DIR to it for this process when unset, the
+    one place torch reads it (torch's default is a folder under /tmp, lost on reboot)."""
+    return Path(os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "torch-compile")))
+
+
 class CompiledForward:
     """`forward_logits` under `torch.compile`, with the same signature.
 
     Compilation is lazy: the first call of each new graph compiles (seconds to a
-    minute); `graphs` and `compile_s` count them and each is logged once. Inputs
+    minute; much less when `compile_cache_dir()`, `cache_dir`, holds it from an earlier process);
+    `graphs` and `compile_s` count them and each is logged once. Inputs
     must already be padded to shape buckets (the runner does it). On CUDA, steps of
     at most `CUDA_GRAPH_MAX_TOKENS` padded tokens replay CUDA graphs (one per bucket
     shape); the KV cache tensors are marked as static addresses so the graphs may
@@ -84,6 +105,7 @@ class CompiledForward:
                  weights: list[torch.Tensor] = ()) -> None:
         self.graphs = 0
         self.compile_s = 0.0
+        self.cache_dir = compile_cache_dir()
         dynamo_config = torch._dynamo.config
         dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)
         # On a CPU the graph's calling code is generated as C++ (inductor's `cpp_wrapper`): a

@@ -8,11 +8,12 @@ that depend on the model (context length, KV block count) are derived by
 from __future__ import annotations
 
 import numbers
+import os
 from dataclasses import dataclass
 
 import torch
 
-from ..hardware import cpu_has_bf16_units, cpu_prefers_onednn_linear
+from ..hardware import compile_toolchain, cpu_has_bf16_units, cpu_prefers_onednn_linear
 from .defaults import check_knob
 from .quantize import check_quantization
 
@@ -48,8 +49,10 @@ class EngineConfig:
         fast_path: fused RMSNorm / QKV / gate-up modules (same logits, fewer ops).
         tensor_parallel_size: ranks the weights are split across (`wedlm.engine.parallel`);
             rank r runs on cuda:r (from `device`'s index) or on the CPU.
-        enforce_eager: run the forward eagerly (the reference path); False = `torch.compile`d
-            forward on shape buckets, plus CUDA graphs of decode steps on CUDA (`compiled.py`).
+        enforce_eager: True runs the forward eagerly (the reference path); False = the
+            `torch.compile`d forward on shape buckets, plus CUDA graphs of decode steps on CUDA
+            (`compiled.py`); None = automatic (`resolve_enforce_eager`: compiled wherever
+            inductor can build kernels, with compiled graphs cached on disk across processes).
         autocast: bf16 autocast of float32 weights. None = automatic: on for a CPU with
             native bf16 matrix units (AMX / AVX512-BF16, `wedlm.hardware.cpu_has_bf16_units`)
             and a model of hidden size >= AUTOCAST_MIN_HIDDEN (512), off otherwise; True forces
@@ -75,7 +78,7 @@ class EngineConfig:
     seed: int = 0
     fast_path: bool = True
     tensor_parallel_size: int = 1
-    enforce_eager: bool = True
+    enforce_eager: bool | None = None
     autocast: bool | None = None
     quantization: str | None = None
     verified_token_budget: int | None = None
@@ -93,8 +96,8 @@ class EngineConfig:
             setattr(self, name, int(value))
         if not isinstance(self.gpu_memory_utilization, numbers.Real) or not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
-        if not isinstance(self.enforce_eager, bool):
-            raise ValueError(f"enforce_eager must be True or False, got {self.enforce_eager!r}")
+        if self.enforce_eager is not None and not isinstance(self.enforce_eager, bool):
+            raise ValueError(f"enforce_eager must be None (automatic), True or False, got {self.enforce_eager!r}")
         if self.autocast is not None and not isinstance(self.autocast, bool):
             raise ValueError(f"autocast must be None (automatic), True or False, got {self.autocast!r}")
         if self.tensor_parallel_size > 1 and self.autocast:
@@ -171,6 +174,33 @@ def _autocast_choice(requested, device, dtype, flags, hidden_size) -> tuple[torc
     if hidden_size is not None and hidden_size < AUTOCAST_MIN_HIDDEN:
         return None, f"auto: hidden size {hidden_size} < {AUTOCAST_MIN_HIDDEN}, fp32 is as fast"
     return torch.bfloat16, "auto: CPU has bf16 matrix units"
+
+
+def resolve_enforce_eager(requested: bool | None, device: torch.device) -> tuple[bool, str]:
+    """(run the forward eagerly, why: the line for logs) for the engine option `enforce_eager`.
+
+    None is automatic: the compiled forward (False) wherever torch's inductor can build kernels
+    for `device` (`hardware.compile_toolchain`: a C++ compiler on a CPU, Triton on CUDA), else
+    eager. The compiled step is the faster one on every device measured (shipped model, one CPU
+    thread, batch-1 `wedlm`: eager took 1.44x the compiled step's time), and the generated kernels
+    are cached on disk (`compiled.compile_cache_dir`), so a later process pays the model's trace
+    (seconds), not the whole compile (docs/engine.md, "Compiled forward": a short one-off run is
+    faster with True). The environment variable WEDLM_ENFORCE_EAGER ("0" or
+    "1") overrides the automatic choice (the test suite sets "1": only the tests of the compiled
+    forward compile); an explicit True or False wins over both.
+
+    Raises:
+        ValueError: WEDLM_ENFORCE_EAGER set to anything but "0" or "1".
+    """
+    if requested is not None:
+        return requested, "requested"
+    env = os.environ.get("WEDLM_ENFORCE_EAGER")
+    if env is not None and env not in ("0", "1"):
+        raise ValueError(f"WEDLM_ENFORCE_EAGER must be '0' or '1', got {env!r}")
+    if env is not None:
+        return env == "1", f"WEDLM_ENFORCE_EAGER={env}"
+    ok, why = compile_toolchain(device.type)
+    return not ok, f"auto: {why}"
 
 
 def resolve_cpu_linear(device: torch.device, dtype: str, autocast: torch.dtype | None,

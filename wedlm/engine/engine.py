@@ -29,6 +29,7 @@ from .config import (
     EngineConfig,
     resolve_cpu_linear,
     resolve_device,
+    resolve_enforce_eager,
     resolve_max_model_len,
     resolve_num_blocks,
     resolve_precision,
@@ -92,11 +93,14 @@ class Engine:
             self.max_model_len, 4 * self.window_size + 2)
         bytes_per_block = ModelRunner.kv_bytes_per_block(self.model, config.kv_block_size)
         num_blocks = resolve_num_blocks(config, self.max_model_len, bytes_per_block, device)
-        self.runner = make_engine_runner(self.model, num_blocks, config, device, dtype, autocast, onednn_linear)
+        # self.enforce_eager: whether the forward runs eagerly (the resolved option), and why
+        self.enforce_eager, why_eager = resolve_enforce_eager(config.enforce_eager, device)
+        self.runner = make_engine_runner(self.model, num_blocks, config, device, dtype, autocast, onednn_linear,
+                                         enforce_eager=self.enforce_eager)
         if getattr(self.runner, "transposed_gemv", False):
             self.matmuls += "; one-row matmuls on transposed weight copies"
-        log.info("engine: %s, %s on %s, %s forward (enforce_eager=%s)", self.precision, self.matmuls, device,
-                 "eager" if config.enforce_eager else "compiled", config.enforce_eager)
+        log.info("engine: %s, %s on %s, %s forward (enforce_eager=%s: %s)", self.precision, self.matmuls, device,
+                 "eager" if self.enforce_eager else "compiled", self.enforce_eager, why_eager)
         self.runner.mask_token_id = self.mask_token_id  # the one [MASK] id, banned from every output
         self.block_manager = BlockManager(num_blocks, config.kv_block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, self.max_num_batched_tokens)

@@ -40,9 +40,14 @@ class LLM:
             (`wedlm.engine.parallel`; ranks 1..N-1 are child processes that live as
             long as this object: `close()`, `with LLM(...) as llm:`, garbage
             collection or interpreter exit stop them).
-        enforce_eager: True (default) runs the forward eagerly; False runs it `torch.compile`d
-            on shape buckets (CPU inductor; CUDA adds CUDA graphs of decode steps). The first
-            steps then compile (logged with their time); tokens are the same either way.
+        enforce_eager: None (default) = automatic: the `torch.compile`d forward on shape
+            buckets (CPU inductor; CUDA adds CUDA graphs of decode steps) wherever inductor can
+            build kernels (a C++ compiler on a CPU, Triton on CUDA), else eager
+            (`engine.config.resolve_enforce_eager`; `engine.enforce_eager` says which ran). The
+            first steps of a compiled engine compile (logged with their time); the compiled
+            graphs are cached on disk (`$TORCHINDUCTOR_CACHE_DIR`, else
+            ~/.cache/wedlm/torch-compile), so a later process loads them instead. True runs
+            eagerly (the reference path), False forces compiling; tokens are the same either way.
         autocast: bf16 autocast of float32 weights: None = automatic (on for a CPU with native
             bf16 matrix units and hidden size >= 512, off otherwise; `engine.precision` says which ran), True / False
             force it on / off.
@@ -64,7 +69,7 @@ class LLM:
                  dtype: str | None = None, num_kv_blocks: int | None = None,
                  max_num_batched_tokens: int | None = None, enable_prefix_caching: bool = True,
                  gpu_memory_utilization: float = 0.9, seed: int = 0, tensor_parallel_size: int = 1,
-                 enforce_eager: bool = True, autocast: bool | None = None, revision: str | None = None,
+                 enforce_eager: bool | None = None, autocast: bool | None = None, revision: str | None = None,
                  quantization: str | None = None, verified_token_budget: int | None = None) -> None:
         self.source = str(model)
         self.engine = Engine(EngineConfig(

@@ -20,7 +20,7 @@ Model arguments (`--model_args key=value,...`): `pretrained` (model folder),
 generation_config.json, else the engine's defaults), `dtype`, `max_model_len`,
 `max_num_seqs`, `max_gen_toks` (default budget when a task sets none),
 `max_batch_tokens` (loglikelihood rows x length per forward), `seed`, and the
-engine's `autocast` (None = automatic, True, False) and `enforce_eager`.
+engine's `autocast` and `enforce_eager` (each None = automatic, True, False).
 
 Why a module import instead of a plugin: lm-eval 0.4 finds models only in
 modules it has imported, so `wedlm lm-eval ...` imports this module and then
@@ -104,7 +104,7 @@ class WeDLMLM(TemplateLM):
                  wedlm_pos_penalty_factor: float | None = None, wedlm_window_size: int | None = None,
                  device: str | None = None, dtype: str | None = None, max_model_len: int | None = None,
                  max_num_seqs: int = 64, max_gen_toks: int = 256, max_batch_tokens: int = 4096, seed: int = 0,
-                 autocast: bool | None = None, enforce_eager: bool = True, batch_size: Any = None,
+                 autocast: bool | None = None, enforce_eager: bool | None = None, batch_size: Any = None,
                  max_batch_size: Any = None, llm=None) -> None:
         super().__init__()
         from wedlm import LLM

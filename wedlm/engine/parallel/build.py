@@ -30,20 +30,20 @@ def load_engine_model(config: EngineConfig, device: torch.device, dtype: str) ->
 
 def make_engine_runner(model: QwenForCausalLM, num_blocks: int, config: EngineConfig,
                        device: torch.device, dtype: str, autocast: torch.dtype | None = None,
-                       onednn_linear: bool = False) -> ModelRunner:
-    """A `ModelRunner` (compiled unless `config.enforce_eager`, under `autocast`, oneDNN matmuls
-    when `onednn_linear`, int8 matmuls with `config.quantization`), or a
-    `TensorParallelRunner` (compiled unless `config.enforce_eager`, no autocast) that starts ranks 1..N-1."""
+                       onednn_linear: bool = False, enforce_eager: bool = True) -> ModelRunner:
+    """A `ModelRunner` (compiled unless `enforce_eager`, the resolved `config.enforce_eager`; under
+    `autocast`, oneDNN matmuls when `onednn_linear`, int8 matmuls with `config.quantization`), or a
+    `TensorParallelRunner` (compiled unless `enforce_eager`, no autocast) that starts ranks 1..N-1."""
     size = config.tensor_parallel_size
     if size == 1 and config.quantization == "int8":
         # the fused modules of the fast path read float weights, so int8 keeps the model's own modules
         return ModelRunner(quantize_int8(model), num_blocks, config.kv_block_size, fast_path=False,
-                           enforce_eager=config.enforce_eager)
+                           enforce_eager=enforce_eager)
     if size == 1:
         return ModelRunner(model, num_blocks, config.kv_block_size, config.fast_path,
-                           enforce_eager=config.enforce_eager, autocast=autocast, onednn_linear=onednn_linear)
+                           enforce_eager=enforce_eager, autocast=autocast, onednn_linear=onednn_linear)
     from .runner import TensorParallelRunner, rank_devices
 
     return TensorParallelRunner(model, num_blocks, config.kv_block_size, config.fast_path,
                                 model_path=config.model, dtype=dtype, devices=rank_devices(device, size),
-                                enforce_eager=config.enforce_eager)
+                                enforce_eager=enforce_eager)

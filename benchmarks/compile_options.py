@@ -1,0 +1,111 @@
+"""Inductor options for the compiled forward, A/B in one process: eager and several option sets,
+stepped in turn, so load drifts on a shared CPU hit them alike.
+
+Each configuration is an engine whose `CompiledForward` compiles its own copy of
+`compiled.forward_logits` (a new code object: its own dynamo cache) with that configuration's
+inductor options; every round runs one batch-1 request (`--decoding`, `--max-tokens`, ignore_eos)
+on each engine; prints the median microseconds per step and the median of the per-round ratios
+to the engine's own setting, and fails if any configuration's token ids differ.
+
+    python benchmarks/compile_options.py [--rounds 15] [--configs eager,shipped,no-cache,python-wrapper,freezing]
+    python benchmarks/compile_options.py --configs shipped --rounds 0 --kernels 20
+
+`--kernels N` also prints torch.profiler's N ops with the most own CPU time over one more
+request of the first configuration (where a compiled step's time goes: matmul kernels, the
+custom-op wrapper around them, inductor's own kernels, dynamo's guard check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import types
+from pathlib import Path
+
+CONFIGS = {
+    "eager": None,
+    "shipped": {"cpp_wrapper": True},  # what CompiledForward passes on a CPU
+    "no-cache": {"cpp_wrapper": True, "fx_graph_cache": False},  # compiled afresh, not loaded from disk
+    "python-wrapper": {"cpp_wrapper": False},
+    "freezing": {"cpp_wrapper": True, "freezing": True},
+}
+
+
+def engine(model: str, index: int, options: dict | None):
+    import torch
+
+    from wedlm import LLM
+    from wedlm.engine import compiled
+
+    llm = LLM(model, device="cpu", enforce_eager=options is None, enable_prefix_caching=False, max_num_seqs=1)
+    if options is not None:
+        code = compiled.forward_logits.__code__.replace(co_name=f"forward_logits_{index}")
+        fn = types.FunctionType(code, compiled.forward_logits.__globals__, code.co_name)
+        llm.engine.runner.compiled._compiled = torch.compile(fn, dynamic=True, options=options)
+    return llm
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=str(Path(__file__).resolve().parents[1] / "models" / "wedlm-tiny"))
+    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--decoding", default="wedlm")
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--kernels", type=int, default=0)
+    args = ap.parse_args()
+    import torch
+
+    from wedlm import SamplingParams
+
+    torch.set_num_threads(1)
+    names = args.configs.split(",")
+    prompt = [(3 * j) % 200 + 10 for j in range(24)]
+    params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, decoding=args.decoding, ignore_eos=True)
+    llms, ids = {}, {}
+    for i, name in enumerate(names):
+        llms[name] = engine(args.model, i, CONFIGS[name])
+        start = time.perf_counter()
+        ids[name] = llms[name].generate([prompt], params)[0]["token_ids"]  # warm-up: compiles
+        print(f"{name}: warm-up (compile) {time.perf_counter() - start:.1f} s", flush=True)
+    if any(v != ids[names[0]] for v in ids.values()):
+        print("token ids differ between configurations")
+        return 1
+    per_step = {n: [] for n in names}
+    steps = 0
+    for _ in range(args.rounds):
+        for name, llm in llms.items():
+            llm.add_request(prompt, params)
+            steps, start = 0, time.perf_counter()
+            while llm.has_unfinished():
+                llm.step()
+                steps += 1
+            per_step[name].append(1e6 * (time.perf_counter() - start) / steps)
+    if args.kernels:
+        from torch.profiler import ProfilerActivity, profile
+
+        llm = llms[names[0]]
+        llm.add_request(prompt, params)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            steps = 0
+            while llm.has_unfinished():
+                llm.step()
+                steps += 1
+        print(f"\n{names[0]}: {steps} steps under torch.profiler (its own overhead included)")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.kernels))
+    if not args.rounds:
+        return 0
+    base = "shipped" if "shipped" in names else names[0]
+    print(f"\nbatch 1, {args.decoding}, {steps} steps, {args.rounds} rounds, one thread; ratio = median of "
+          f"per-round ratios to {base}")
+    print("| configuration | median step (us) | ratio |\n|---|---|---|")
+    for name in names:
+        ratio = statistics.median(a / b for a, b in zip(per_step[name], per_step[base]))
+        print(f"| {name} | {statistics.median(per_step[name]):.0f} | {ratio:.3f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

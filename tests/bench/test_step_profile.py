@@ -1,0 +1,50 @@
+"""benchmarks/step_profile.py's floor: FLOPs and bytes of a step, the recorded shapes, the floor rows."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _profile_module():
+    spec = importlib.util.spec_from_file_location("step_profile", REPO / "benchmarks" / "step_profile.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_step_cost_of_the_shipped_shape():
+    """A 16-token window on 100 cached rows of the shipped model's shape, counted by hand: per layer
+    192 x (192 + 2 x 96) + 192 x 192 + 192 x 1024 + 512 x 192 = 405,504 weights."""
+    from wedlm.model import ModelConfig
+
+    config = ModelConfig.from_dict(json.loads((REPO / "models" / "wedlm-tiny" / "config.json").read_text()))
+    keys = 16 * 100 + 16 * 17 // 2  # query i of the window reads 100 + i + 1 keys
+    flops, nbytes = _profile_module().step_cost(config, tokens=16, rows=16, keys=keys, kv_rows=116)
+    assert flops == 2 * (16 * 8 * 405_504 + 8 * 2 * keys * 192 + 16 * 192 * 4096) == 139_640_832
+    assert nbytes == 4 * (8 * 405_504 + 4096 * 192) + 4 * 2 * 8 * 96 * 116 == 16_834_560
+
+
+def test_recorded_shapes_and_floor_rows(capsys):
+    from wedlm.engine.runner import ForwardItem
+
+    module = _profile_module()
+
+    class Runner:
+        def prepare(self, items):
+            return len(items)
+
+    runner = Runner()
+    shapes = module._record_shapes(runner)
+    items = [ForwardItem([1] * 4, [0, 1, 2, 3], [0], 10, [0, 1]), ForwardItem([2] * 2, [5, 6], [1], 0, [1])]
+    assert runner.prepare(items) == 2
+    # tokens 6, rows 3, keys 4 x 10 + 10 and 0 + 3, cache rows 14 + 2
+    assert shapes == [(6, 3, 53, 16)]
+    cell = {"forwards per step": 1.0, "MFLOP": 2.0, "MB read": 1.0, "peak GFLOP/s": 1.0, "peak GB/s": 2.0,
+            "step wall, no profiler": 4000.0, "execute (forward + logits)": 3000.0}
+    module.print_floor([cell])
+    out = capsys.readouterr().out
+    # floor = max(2 MFLOP / 1 GFLOP/s, 1 MB / 2 GB/s) = 2,000 us
+    assert "| floor: max(FLOP/peak, bytes/bandwidth) | 2000 |" in out
+    assert "| step wall, x floor | 2.00x |" in out and "| execute (forward + logits), x floor | 1.50x |" in out
