@@ -15,6 +15,8 @@ from wedlm.cli.options import build_llm
     (["--no-autocast"], {"autocast": False}),
 ])
 def test_speed_flags_reach_llm(monkeypatch, command, flags, expected):
+    if command in ("generate", "chat") and "--no-enforce-eager" not in flags:
+        expected = {"enforce_eager": True, **expected}  # one answer: eager unless asked to compile
     seen = {}
     monkeypatch.setattr(wedlm, "LLM", lambda **kw: seen.update(kw))
     extra = ["x"] if command == "generate" else []

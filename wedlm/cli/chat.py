@@ -51,7 +51,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--system", default=None, help="system message for the conversation")
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                         help="colour each decode step's text (default: auto = when stdout is a terminal)")
-    add_engine_args(parser)
+    add_engine_args(parser, one_answer=True)
     add_sampling_args(parser)
     parser.set_defaults(func=run)
 

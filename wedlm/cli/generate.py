@@ -61,7 +61,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--logprobs", type=int, default=None, metavar="K",
                         help="K in [0, 20]: print each generated token's log-probability and its K most likely "
                              "alternatives (on stderr after the text; in the object with --json)")
-    add_engine_args(parser)
+    add_engine_args(parser, one_answer=True)
     add_sampling_args(parser)
     add_structured_args(parser)
     parser.set_defaults(func=run)

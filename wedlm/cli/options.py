@@ -109,7 +109,7 @@ def apply_threads(args: argparse.Namespace) -> None:
         torch.set_num_threads(args.threads)
 
 
-def add_engine_args(parser: argparse.ArgumentParser) -> None:
+def add_engine_args(parser: argparse.ArgumentParser, one_answer: bool = False) -> None:
     """Options that build the `LLM` (model folder, device, limits, window)."""
     group = parser.add_argument_group("engine")
     group.add_argument("--model", default=default_model(),
@@ -129,7 +129,7 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--tensor-parallel-size", type=int, default=None, metavar="N",
                        help="split the weights across N ranks (N GPUs from --device's index, or N CPU "
                             "processes); default: 1")
-    add_speed_args(group)
+    add_speed_args(group, one_answer)
 
 
 def add_revision_arg(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -158,14 +158,20 @@ def resolve_model_arg(args: argparse.Namespace) -> bool:
     return True
 
 
-def add_speed_args(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """--enforce-eager / --no-enforce-eager and --autocast / --no-autocast (engine options)."""
-    parser.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=None,
+def add_speed_args(parser: argparse.ArgumentParser | argparse._ArgumentGroup, one_answer: bool = False) -> None:
+    """--enforce-eager / --no-enforce-eager and --autocast / --no-autocast (engine options).
+
+    `one_answer` (generate, chat): eager by default, because one answer does not repay the
+    compile a fresh process pays first (27-52 s with a cold compile cache, 4-9 s warm, against
+    about 0.15 s eager on the shipped model; docs/engine.md, "Compiled forward")."""
+    default = ("eager (one answer does not repay a fresh process's compile)" if one_answer else
+               "automatic, compiled wherever torch's inductor can build kernels (a C++ compiler on a CPU, Triton "
+               "on CUDA)")
+    parser.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=True if one_answer else None,
                         help="--enforce-eager runs the forward eagerly (the reference path); "
                              "--no-enforce-eager forces the torch.compile'd forward on shape buckets (CUDA: plus "
-                             "CUDA graphs of decode steps); default: automatic, compiled wherever torch's inductor "
-                             "can build kernels (a C++ compiler on a CPU, Triton on CUDA), its graphs cached on disk "
-                             "($TORCHINDUCTOR_CACHE_DIR, else ~/.cache/wedlm/torch-compile)")
+                             f"CUDA graphs of decode steps), its graphs cached on disk ($TORCHINDUCTOR_CACHE_DIR, "
+                             f"else ~/.cache/wedlm/torch-compile); default: {default}")
     parser.add_argument("--autocast", action=argparse.BooleanOptionalAction, default=None,
                         help="bf16 autocast of float32 weights; default: automatic (on for a CPU with native "
                              "bf16 matrix units, AMX / AVX512-BF16, and a model of hidden size >= 512)")
