@@ -62,8 +62,10 @@ ONEDNN_MIN_ROWS = 16
 # lm_head at 32 rows took 454 us unpacked and 379 packed (docs/engine.md, "Prepacked oneDNN weights").
 PACKED_MIN_MACS = 1 << 19
 # `use_transposed_gemv` costs one more copy of the matmul weights; models whose float32 matmul
-# weights are larger than this keep F.linear alone (measured on the 16 MB shipped model only).
-TRANSPOSED_GEMV_MAX_BYTES = 512 << 20
+# weights are larger than this keep F.linear alone. It pays on large models too: SmolLM2-135M
+# (540 MB of matmul weights, a 113 MB tied lm_head) decoded batch-1 `ar` in 35.1 ms per token with
+# the copies against 48.4 without (compiled, one Zen 4 thread, same tokens; docs/experiments.md).
+TRANSPOSED_GEMV_MAX_BYTES = 2 << 30
 
 # key -> weak reference to a prepacked weight (`pack_weight`). The module that owns the packed
 # tensor holds the only strong reference, so a dropped engine frees it; the compiled graph sees
