@@ -141,3 +141,16 @@ def test_cli_writes_report(ckpt_factory, tmp_path, capsys):
     assert not (tmp_path / "img").exists()
     out = capsys.readouterr().out
     assert "counting: wall clock vs ar" in out and "markdown:" in out
+
+
+def test_companion_pages_bring_their_first_table(tmp_path):
+    from wedlm.bench.report import companion_lines, first_table
+
+    (tmp_path / "real_model_speed.md").write_text("# T\n\nintro\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n| c |\n|---|\n")
+    assert first_table((tmp_path / "real_model_speed.md").read_text()) == ["| a | b |", "|---|---|", "| 1 | 2 |"]
+    lines = companion_lines(tmp_path)
+    assert lines[0].startswith("## A real pretrained model") and lines[2:5] == ["| a | b |", "|---|---|", "| 1 | 2 |"]
+    assert "[real_model_speed.md](real_model_speed.md)" in lines[6] and "| c |" not in lines
+    assert companion_lines(None) == [] and first_table("no table\n") == []
+    (tmp_path / "structured_outputs.md").write_text("# nothing tabular\n")
+    assert sum(line.startswith("## ") for line in companion_lines(tmp_path)) == 1
