@@ -77,11 +77,15 @@ class Setup:
 def setups(cpus: int) -> list[Setup]:
     """The three servers, in the order they run, sharing `cpus` CPUs."""
     per = max(1, cpus // 2)
-    return [Setup("single", f"single process, {cpus} threads", [], False, cpus),
-            Setup("ray1", f"Ray Serve, 1 replica x {cpus} threads",
+    return [Setup("single", f"single process, {threads_text(cpus)}", [], False, cpus),
+            Setup("ray1", f"Ray Serve, 1 replica x {threads_text(cpus)}",
                   ["--min-replicas", "1", "--max-replicas", "1", "--ray-num-cpus", str(cpus)], True, cpus),
-            Setup("ray2", f"Ray Serve, 2 replicas x {per} thread{'s' if per > 1 else ''}",
+            Setup("ray2", f"Ray Serve, 2 replicas x {threads_text(per)}",
                   ["--replicas", "2", "--ray-num-cpus", str(cpus)], True, per)]
+
+
+def threads_text(n: int) -> str:
+    return f"{n} thread{'s' if n != 1 else ''}"
 
 
 # ----- prompts and statistics -----

@@ -49,6 +49,8 @@ def test_server_command_lines_are_what_wedlm_serve_means():
     """single runs without Ray, ray1 on Ray with one replica of 2 threads, ray2 two replicas of 1."""
     setups = {s.key: s for s in _bench().setups(2)}
     assert [s.threads for s in setups.values()] == [2, 2, 1]
+    assert [s.label for s in setups.values()] == [
+        "single process, 2 threads", "Ray Serve, 1 replica x 2 threads", "Ray Serve, 2 replicas x 1 thread"]
     threads = {}
     for key, setup in setups.items():
         args = build_parser().parse_args(["serve", *setup.args])
