@@ -32,12 +32,12 @@ PEER_SECTION = [
     "wedlm bench --peer llama.cpp --out-dir docs   # not run by tests: minutes of timing; needs llama-cpp-python "
     "(tests/bench/test_llama_cpp_peer.py runs it on 2 prompts)",
     "```", ""]
-# Pages other commands generate next to benchmarks.md: (file, heading, the command that writes it).
+# Pages other commands generate next to benchmarks.md: (file, heading or None to go on under the
+# section before, the command that writes it).
 # Their first table is copied in when the page exists in the same folder, so that one page holds
 # every comparison; the linked page keeps the details, plot and definitions.
 COMPANION_PAGES = (
-    ("llama_cpp_peer.md", "Against llama.cpp on the same weights (shipped model)",
-     "wedlm bench --peer llama.cpp --out-dir docs"),
+    ("llama_cpp_peer.md", None, "wedlm bench --peer llama.cpp --out-dir docs"),  # under PEER_SECTION's heading
     ("real_model_speed.md", "A real pretrained model: SmolLM2-135M-Instruct, engine `ar` vs transformers vs llama.cpp",
      "python benchmarks/real_model_speed.py --out-dir docs"),
     ("structured_outputs.md", "Structured outputs: validity, accuracy and cost per decoder",
@@ -213,7 +213,7 @@ def companion_lines(out_dir: str | Path | None) -> list[str]:
         page = Path(out_dir) / name
         table = first_table(page.read_text()) if page.is_file() else []
         if table:
-            lines += [f"## {heading}", "", *table, "",
+            lines += ([f"## {heading}", ""] if heading else []) + [*table, "",
                       f"From [{name}]({name}) (details, plot and definitions there), written by `{command}`.", ""]
     return lines
 
