@@ -1,7 +1,11 @@
 """Engine fixtures: the shared tiny WeDLM checkpoint (tests/conftest.py) and one LLM per session."""
 
+from pathlib import Path
+
 import pytest
 import torch
+
+SHIPPED = Path(__file__).resolve().parents[2] / "models" / "wedlm-tiny"
 
 
 @pytest.fixture(scope="session")
@@ -40,3 +44,11 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def shipped_llm():
+    """The shipped model (models/wedlm-tiny) with a window of 8 slots, one engine per test module."""
+    from wedlm import LLM
+
+    return LLM(str(SHIPPED), device="cpu", wedlm_window_size=8, kv_block_size=16)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from wedlm import LLM, SamplingParams
+from wedlm import SamplingParams
 from wedlm.engine.errors import RequestError
 from wedlm.model import DenseAttention, load_model
 
@@ -17,8 +17,8 @@ pytestmark = pytest.mark.skipif(not SHIPPED.is_dir(), reason="the shipped model 
 
 
 @pytest.fixture(scope="module")
-def llm():
-    return LLM(str(SHIPPED), device="cpu", wedlm_window_size=8, kv_block_size=16)
+def llm(shipped_llm):
+    return shipped_llm
 
 
 @pytest.fixture(scope="module")
