@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A trial stage on top of the shipped weights: "Count from A to N." with small starts and any end,
 # the demo range 1..200 at its natural rate, every other task replayed (configs/tiny_wedlm_from_one.yaml,
-# 88 minutes annealed on the clock). It exports to runs/wedlm-tiny-from-one/export and evaluates
+# 50 minutes annealed on the clock). It exports to runs/wedlm-tiny-from-one/export and evaluates
 # there; models/wedlm-tiny is left alone (the trial did not reach its target: docs/training.md).
 #
 #   mkdir -p runs/wedlm-tiny-from-one && nohup bash recipes/wedlm_tiny_from_one.sh > runs/wedlm-tiny-from-one/recipe.log 2>&1 &
