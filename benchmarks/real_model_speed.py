@@ -48,6 +48,7 @@ from pathlib import Path
 import torch
 
 from wedlm.bench.peer import llama_run
+from wedlm.bench.report import page_header
 
 PROMPTS = ["What is the capital of Japan?", "Write a haiku about the sea.",
            "Explain in two sentences why the sky is blue.", "Give me three tips for learning to cook.",
@@ -289,13 +290,7 @@ def ratios(rows: list[dict]) -> list[str]:
 
 def markdown(result: dict) -> str:
     return "\n".join([
-        "# Real-model speed: SmolLM2-135M-Instruct",
-        "",
-        f"Regenerate with: `{result['command']}` (generated file; do not edit).",
-        "",
-        f"Machine: {result['machine']}. Date: {result['date']}. "
-        + ", ".join(f"{k} {v}" for k, v in result["versions"].items()) + ".",
-        "",
+        *page_header("Real-model speed: SmolLM2-135M-Instruct", result),
         f"Greedy, {result['new_tokens']} new tokens per answer (end-of-sequence ignored), chat prompts through "
         f"the model's chat template, the same token ids for every system; batch 1 is {result['batch1_prompts']} "
         f"prompts one at a time, batch 8 is 8 prompts at once. Medians of {result['repeats']} repeats, the systems "

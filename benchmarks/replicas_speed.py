@@ -55,6 +55,8 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
+from wedlm.bench.report import page_header
+
 REPO = Path(__file__).resolve().parents[1]
 MODEL_NAME = "wedlm-tiny"
 HEADER = "x-wedlm-replica"
@@ -364,13 +366,7 @@ def table(rows: list[dict]) -> str:
 
 def markdown(result: dict) -> str:
     return "\n".join([
-        "# Serving replicas: one process vs Ray Serve, 1 and 2 replicas",
-        "",
-        f"Regenerate with: `{result['command']}` (generated file; do not edit).",
-        "",
-        f"Machine: {result['machine']}. Date: {result['date']}. "
-        + ", ".join(f"{k} {v}" for k, v in result["versions"].items()) + ".",
-        "",
+        *page_header("Serving replicas: one process vs Ray Serve, 1 and 2 replicas", result),
         f"The shipped model (`models/wedlm-tiny`, eager forward, `--max-model-len 2048`), each server started "
         f"alone on loopback on {result['cpus']} CPUs. Concurrent pass: {result['requests']} chat requests, "
         f"{result['concurrency']} in flight; req/s and completion tok/s over the pass's wall time, p50/p99 of "

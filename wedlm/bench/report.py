@@ -193,6 +193,15 @@ def markdown(result: dict, img_dir: str = "img", out_dir: str | Path | None = No
     return "\n".join(lines) + "\n"
 
 
+def page_header(title: str, result: dict) -> list[str]:
+    """The opening lines of a generated benchmark page: its title, the command that regenerates
+    it, and the machine, date and versions (`result`'s `command`, `machine`, `date` and
+    `versions`, a {package: version} dict)."""
+    versions = ", ".join(f"{k} {v}" for k, v in result["versions"].items())
+    return [f"# {title}", "", f"Regenerate with: `{result['command']}` (generated file; do not edit).", "",
+            f"Machine: {result['machine']}. Date: {result['date']}. {versions}.", ""]
+
+
 def first_table(markdown: str) -> list[str]:
     """The lines of the first markdown table in `markdown` (header, rule, rows); [] if none."""
     lines = markdown.splitlines()
