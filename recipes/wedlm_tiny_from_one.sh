@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN=runs/wedlm-tiny-from-one
-OUT=$RUN/export
+OUT=$RUN/hundreds-export
 PY=${PYTHON:-python}
 mkdir -p "$RUN"
 source recipes/stages.sh  # stage, mix, train, export_model
@@ -19,7 +19,13 @@ mix data/widen/from-one-mix.jsonl '{"seed": 34, "from_small": {"320": 14000}, "d
   "distractor2": {"50": 6000}, "carry": {"20": 6000}, "simple_forms": {"6": 6000},
   "replay": {"count": 5000, "addsub": 12000, "listops": 10000}, "replay_demo": 0.0}'
 train configs/tiny_wedlm_from_one.yaml
-export_model "$RUN/from-one/final" "$OUT"
+export_model "$RUN/from-one/final" "$RUN/export"
+stage copy-defaults cp models/wedlm-tiny/{generation_config,tokenizer,tokenizer_config,special_tokens_map}.json "$RUN/export/"
+mix data/widen/hundreds-mix.jsonl '{"seed": 35, "from_small": {"100-320": 12000, "320": 4000}, "distractor2": {"50": 4000},
+  "carry": {"20": 4000}, "simple_forms": {"6": 4000}, "replay": {"count": 4000, "addsub": 10000, "listops": 8000},
+  "replay_demo": 0.0}'
+train configs/tiny_wedlm_hundreds.yaml
+export_model "$RUN/hundreds/final" "$OUT"
 # the shipped decoding defaults and tokenizer
 stage copy-defaults cp models/wedlm-tiny/{generation_config,tokenizer,tokenizer_config,special_tokens_map}.json "$OUT/"
 stage eval $PY recipes/eval_wedlm_tiny.py --model "$OUT" --out "$RUN/eval" \

@@ -480,9 +480,11 @@ def tens_count_examples(n: int, seed_name: str = "count-tens", max_terms: int = 
 
 
 def from_small_examples(n: int, seed: int = SEEDS["train"], max_end: int = 320, max_start: int = 10,
-                        one: float = 0.6) -> list[Example]:
+                        one: float = 0.6, min_end: int = 0) -> list[Example]:
     """`n` TRAIN-split "Count from A to B." examples (up, step 1) with a small start: A = 1 at a
-    share `one`, else A uniform in 0..`max_start`; B uniform in A+1..`max_end`.
+    share `one`, else A uniform in 0..`max_start`; B uniform in max(A+1, `min_end`)..`max_end`.
+    With `min_end` = 100 every range passes a value with B's last two digits one hundred before
+    B, so only B's hundreds digit decides where it stops (the misses of the earlier trials).
 
     Why: the usual generator draws starts uniform in 0..999, so "Count from 1 to N." is rare,
     and the demo range 1..200 (4% of its counting draws) was the one long range from 1 the model
@@ -494,13 +496,14 @@ def from_small_examples(n: int, seed: int = SEEDS["train"], max_end: int = 320, 
     Raises:
         ValueError: `max_start` < 0 or `max_end` <= `max_start`.
     """
-    if max_start < 0 or max_end <= max_start:
-        raise ValueError(f"need 0 <= max_start < max_end, got max_start={max_start}, max_end={max_end}")
-    rng = random.Random(f"count-from-small:{seed}:{max_end}:{max_start}:{one}")
+    if max_start < 0 or max_end <= max(max_start, min_end):
+        raise ValueError(f"need 0 <= max_start < max_end and min_end < max_end, got max_start={max_start}, "
+                         f"min_end={min_end}, max_end={max_end}")
+    rng = random.Random(f"count-from-small:{seed}:{max_end}:{max_start}:{one}" + (f":{min_end}" if min_end else ""))
 
     def draw() -> tuple[Example, str]:
         low = 1 if rng.random() < one else rng.randint(0, max_start)
-        return count_example(low, rng.randint(low + 1, max_end))
+        return count_example(low, rng.randint(max(low + 1, min_end), max_end))
 
     return draw_split(n, draw)
 
@@ -549,8 +552,8 @@ def build_mix(out: Path, simple: dict[int, int] | None = None, short: dict[int, 
     change in their number of digits);
     `edge` maps max terms -> records of `edge_count_examples` (ranges that start near 0 or end
     near a change in the number of digits);
-    `from_small` maps max end -> records of `from_small_examples` ("Count from A to B." with A
-    small, any end B);
+    `from_small` maps max end (or "MIN-MAX" ends) -> records of `from_small_examples` ("Count
+    from A to B." with A small, any end B in the bounds);
     `short` maps max terms -> records of `short_count_examples` (2..max terms, every counting
     form, demo range at a share `demo`); `replay` maps task -> records of the usual generators,
     the demo range 1..200 at a share `replay_demo` of the counting draws.
@@ -573,8 +576,9 @@ def build_mix(out: Path, simple: dict[int, int] | None = None, short: dict[int, 
         records += [to_chat(ex) for ex in carry_addsub_examples(n, seed, int(width))]
     for max_terms, n in (edge or {}).items():
         records += [to_chat(ex) for ex in edge_count_examples(n, seed, int(max_terms))]
-    for max_end, n in (from_small or {}).items():
-        records += [to_chat(ex) for ex in from_small_examples(n, seed, int(max_end))]
+    for ends, n in (from_small or {}).items():
+        min_end, _, max_end = str(ends).rpartition("-")
+        records += [to_chat(ex) for ex in from_small_examples(n, seed, int(max_end), min_end=int(min_end or 0))]
     for max_terms, n in (short or {}).items():
         records += [to_chat(ex) for ex in short_count_examples(n, seed, int(max_terms), 2, demo)]
     records += train_chat_records(dict(replay or {}), seed, replay_demo)
