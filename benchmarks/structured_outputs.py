@@ -18,8 +18,8 @@ constraint accepts (json.loads + jsonschema, or re.fullmatch; must be 100%); acc
 task's answer read from the output (the curriculum scorer, or the JSON field / array); tokens
 per forward; the wall-clock time per decode forward against the unconstrained run of the same
 task and decoder (the answers differ in length, so whole-answer times are not comparable); and
-the grammar's share of the wall time (matcher masks, run checks and commits, timed around
-`GrammarState`'s methods) with its cost per decode forward. The model never saw JSON in
+the grammar's share of the wall time (matcher masks, run checks, window walks and commits,
+timed around `GrammarState`'s and `Lookahead`'s methods) with its cost per decode forward. The model never saw JSON in
 training, so JSON answers are valid but mostly wrong: validity is what is guaranteed. The
 machine is shared: read the times as ratios within one run. With `--out-dir` writes
 structured_outputs.json and structured_outputs.md. Nothing here is part of the package.
@@ -99,17 +99,20 @@ def correct(ex: dict, structured: dict | None, text: str) -> bool:
 
 
 class GrammarClock:
-    """Seconds spent in `GrammarState`'s methods (masks, run checks, commits) while installed."""
+    """Seconds spent in the matcher's methods while installed: `GrammarState`'s (masks, run checks,
+    commits) and `Lookahead`'s (the window walk: masks, accepts, the rollback)."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
         self.originals = {}
 
     def install(self) -> None:
-        for name in ("mask_logits", "valid_prefix", "advance"):
-            original = getattr(backend.GrammarState, name)
-            self.originals[name] = original
-            setattr(backend.GrammarState, name, self._timed(original))
+        for cls, names in ((backend.GrammarState, ("mask_logits", "valid_prefix", "advance")),
+                           (backend.Lookahead, ("forced_token", "mask_row", "accept", "__exit__"))):
+            for name in names:
+                original = getattr(cls, name)
+                self.originals[(cls, name)] = original
+                setattr(cls, name, self._timed(original))
 
     def _timed(self, fn):
         def run(*args, **kwargs):

@@ -110,7 +110,7 @@ ENUM_SCHEMA = {"type": "object", "properties": {"a": {"enum": ["x", "yy"]}, "b":
 def test_random_model_with_batching_prefix_caching_and_preemption(tiny_path, decoding):
     """A random model on a cache small enough to preempt: bounded grammars always finish, and
     every answer is valid and equal to the one decoded alone."""
-    llm = LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=4, num_kv_blocks=20, device="cpu")
+    llm = LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=4, num_kv_blocks=14, device="cpu")
     ref = LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=4, device="cpu")
     constraints = [{"json_schema": ENUM_SCHEMA}, {"regex": "[ab]{1,3}-[0-9]{2}"}, {"choice": ["cat", "dog"]}]
     prompts = ["shared prefix of the batch " + str(i) for i in range(6)]
@@ -130,6 +130,76 @@ def test_random_model_with_batching_prefix_caching_and_preemption(tiny_path, dec
             assert o["text"] in s.choice
     assert [ref.generate([q], p)[0]["token_ids"] for q, p in zip(prompts, params)] == [o["token_ids"] for o in outs]
     assert ref.metrics()["prefix_cache_hit_tokens"] > 0  # one by one, the shared prefix came from the cache
+
+
+def test_wedlm_fills_the_text_the_grammar_forces_in_one_forward(shipped):
+    """`{"answer": ` is forced by the schema: its 6 tokens (xgrammar's tokenization) are filled in
+    one forward, so forwards <= tokens - 5; so are the closing brace and the stop once the digits
+    are decided: 10 tokens in 3 forwards. Masking the leftmost mask alone gave 13 tokens (a key
+    spelt letter by letter) in 8 forwards."""
+    p = SamplingParams(temperature=0, max_tokens=48, decoding="wedlm", structured={"json_schema": SUM_SCHEMA})
+    out = shipped.generate([chat(shipped, "What is 47 + 38?")], p)[0]
+    tokens, forwards = len(out["token_ids"]), out["stats"]["decode_forwards"]
+    assert out["finish_reason"] == "stop" and valid({"json_schema": SUM_SCHEMA}, out["text"]), out["text"]
+    assert out["text"].startswith('{"answer": ') and forwards <= tokens - 5  # 6 forced tokens, one forward
+    assert (tokens, forwards) == (10, 3) and tokens / forwards > 1.5
+
+
+@pytest.mark.parametrize("decoding", ["wedlm", "blockwise"])
+def test_random_model_fills_the_whole_window_with_grammar_accepted_tokens(tiny_path, decoding, monkeypatch):
+    """tau above every constrained entropy: each step fills every mask of the window under the
+    grammar's mask, left to right, so the leading run is the whole window (or ends at a stop) and
+    the grammar accepts all of it. Unconstrained fills right of the leftmost mask (a random
+    model's) would be rejected at once and leave the run short."""
+    from wedlm.engine.decoders import constrain, streaming
+
+    steps = []
+
+    def checked(seq, slots, logits, ar_first=False):
+        constrain.fill_in_order(seq, slots, logits, ar_first)
+        window = seq.window
+        run = window[:streaming.leading_filled(window)]
+        ends = any(t in seq.stop_ids for t in run)
+        steps.append((len(run), len(window), ends, seq.grammar.valid_prefix(run)))
+
+    monkeypatch.setattr(streaming, "fill_in_order", checked)
+    llm = LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=8, device="cpu")
+    regex = "[ab]{6}-[0-9]{6}"
+    p = SamplingParams(temperature=0, max_tokens=32, decoding=decoding, structured={"regex": regex},
+                       wedlm_entropy_threshold=5.0)
+    out = llm.generate(["a prompt"], p)[0]
+    assert out["finish_reason"] == "stop" and re.fullmatch(regex, out["text"]), out["text"]
+    assert steps and all(accepted == run for run, _, _, accepted in steps)  # never a rejected token
+    assert all(run == size or ends for run, size, ends, _ in steps), steps
+    assert len(steps) == 2  # 13 characters and the stop: two windows of 8
+
+
+@pytest.mark.parametrize("decoding", DECODERS)
+def test_unconstrained_requests_never_reach_the_grammar(shipped, decoding, monkeypatch):
+    """Batched with constrained requests, an unconstrained one decodes exactly as alone, and no
+    grammar helper ever sees it."""
+    from wedlm.engine.decoders import ar, streaming, verified
+
+    plain = SamplingParams(temperature=0, max_tokens=48, decoding=decoding)
+    alone = shipped.generate([chat(shipped, "Count from 1 to 12.")], plain)[0]
+    seen = []
+
+    def spy(fn):
+        def run(seq, *args, **kwargs):
+            seen.append(seq.params.structured)
+            return fn(seq, *args, **kwargs)
+        return run
+
+    for module, name in ((streaming, "fill_in_order"), (ar, "mask_leftmost"), (verified, "verify_rows"),
+                         (verified, "with_forced")):
+        monkeypatch.setattr(module, name, spy(getattr(module, name)))
+    constrained = SamplingParams(temperature=0, max_tokens=48, decoding=decoding,
+                                 structured={"json_schema": SUM_SCHEMA})
+    outs = shipped.generate([chat(shipped, "What is 47 + 38?"), chat(shipped, "Count from 1 to 12."),
+                             chat(shipped, "What is 90 - 25?")], [constrained, plain, constrained])
+    assert outs[1]["token_ids"] == alone["token_ids"]
+    assert outs[1]["text"] == ", ".join(str(i) for i in range(1, 13))
+    assert seen and None not in seen  # the grammar path ran, for the constrained requests only
 
 
 def test_compiled_grammars_are_cached_by_text(shipped):

@@ -13,7 +13,8 @@ Three layers, each cached:
   compiler, and an LRU of compiled grammars keyed by the constraint's text.
 * `GrammarState`: one per sequence, the matcher advanced along the committed output. Decoders
   ask it for the mask of the next position after a run of window slots (`mask_logits`), check a
-  filled run against it without committing (`valid_prefix`, accept then roll back), and
+  filled run against it without committing (`valid_prefix`, accept then roll back), walk a
+  window left to right masking each slot after the tokens decided before it (`lookahead`), and
   `commit.py` advances it along what is committed (`advance`).
 
 A stop token is allowed exactly where the grammar may end (the matcher's stop tokens are the
@@ -262,6 +263,11 @@ class GrammarState:
         if n:
             self.matcher.rollback(n)
 
+    def lookahead(self) -> Lookahead:
+        """A `Lookahead` on this matcher: use it in a `with` block, which rolls back everything it
+        accepted, so the committed state is unchanged after the block."""
+        return Lookahead(self)
+
     def allowed(self, run: list[int]) -> Any:
         """bool [V]: the tokens the grammar allows after the committed output plus `run`
         (a run it accepts: `valid_prefix(run) == len(run)`); None when `run` holds a stop token
@@ -300,3 +306,57 @@ class GrammarState:
         if allowed is None:
             return logits.clone()
         return logits.masked_fill(~allowed.to(logits.device), float("-inf"))
+
+
+class Lookahead:
+    """Window tokens tried ahead of the commit on a sequence's matcher (structured outputs inside
+    the window of paper section 5.2): `accept` extends the tried run one token at a time and
+    `mask_row` masks a row of logits to what the grammar allows after the committed output plus
+    that run. Leaving the `with` block rolls the run back (the matcher's own rollback).
+    """
+
+    def __init__(self, state: GrammarState) -> None:
+        self.state = state
+        self.accepted = 0
+
+    def __enter__(self) -> Lookahead:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.state._undo(self.accepted)
+        self.accepted = 0
+
+    @property
+    def ended(self) -> bool:
+        """The run holds a stop token the grammar accepted (nothing after it is ever committed)."""
+        return self.state.matcher.is_terminated()
+
+    def accept(self, token: int) -> bool:
+        """Extend the run by `token`; False, and the run unchanged, when the grammar rejects it."""
+        if not self.state.matcher.accept_token(int(token)):
+            return False
+        self.accepted += 1
+        return True
+
+    def forced_token(self) -> int | None:
+        """The first token of the text the grammar forces after the run (a JSON key, punctuation,
+        the rest of a choice), in xgrammar's longest-match tokenization of that text, which
+        stops before a token a longer one could extend (`find_jump_forward_tokens`); None when
+        the next character is not forced, or only a stop token is."""
+        tokens = self.state.matcher.find_jump_forward_tokens()
+        return int(tokens[0]) if tokens else None
+
+    def mask_row(self, logits: Any) -> Any:
+        """The grammar's mask after the run applied to one row of logits: a float32 [V] copy of
+        logits float [V] (any float dtype and device, left unchanged) with every token the
+        grammar forbids at -inf (xgrammar's `fill_next_token_bitmask` into the sequence's one
+        bitmask, then `apply_token_bitmask_inplace`)."""
+        import torch  # here, not at the top: SamplingParams imports this module and stays torch-free
+
+        state = self.state
+        state.matcher.fill_next_token_bitmask(state.bitmask, 0)
+        row = logits.detach().to(dtype=torch.float32, copy=True)[None]
+        bits = state.bitmask.to(row.device, non_blocking=True)
+        backend = "cpu" if row.device.type == "cpu" else "torch_native"
+        state.xgr.apply_token_bitmask_inplace(row, bits, backend=backend)  # the bitmask spans all V
+        return row[0]

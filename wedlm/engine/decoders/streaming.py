@@ -43,7 +43,7 @@ import torch
 from ..request import Sequence
 from ..sampling import RowScores
 from .base import Decoder, StepResult, WindowPlan
-from .constrain import mask_leftmost, settle_window
+from .constrain import fill_in_order
 from .fill import below_tau, draw, fill_scores
 
 
@@ -90,15 +90,15 @@ def fill_masks(seq: Sequence, slots: list[int], logits: torch.Tensor, scores: Ro
             `wedlm_stop_in_run` is set and every mask to its left is filled in this call (rows
             0..j-1 all chosen, none of them a stop), so the stop closes a contiguous run.
 
-    A constrained request (`seq.grammar`, structured outputs) samples the leftmost mask under the
-    grammar's mask, puts [MASK] back at the first fill the grammar rejects and fills the tokens it
-    forces after the leading run (`constrain.py`).
+    A constrained request (`seq.grammar`, structured outputs) is filled by `constrain.fill_in_order`:
+    the same rule, with each mask of the run from the leftmost scored and drawn under the grammar's
+    mask after the tokens to its left. An unconstrained one never reaches it.
     """
     if not slots:
         return
-    grammar = getattr(seq, "grammar", None)  # structured outputs (None also for a stand-in without one)
-    if grammar is not None:  # the leftmost mask's row under the grammar's mask
-        logits, scores = mask_leftmost(seq, slots, logits), None
+    if getattr(seq, "grammar", None) is not None:  # structured outputs (a stand-in may have no grammar)
+        fill_in_order(seq, slots, logits, ar_first)
+        return
     params = seq.params
     probs, adjusted = fill_scores(logits, params, [s - slots[0] for s in slots], scores)
     tau = params.wedlm_entropy_threshold
@@ -115,8 +115,6 @@ def fill_masks(seq: Sequence, slots: list[int], logits: torch.Tensor, scores: Ro
         seq.window[slots[j]] = t
         if run == j and t not in seq.stop_ids:
             run += 1
-    if grammar is not None:  # fills right of the leftmost are candidates: check them, add forced tokens
-        settle_window(seq)
 
 
 def leading_filled(window: list[int | None]) -> int:
