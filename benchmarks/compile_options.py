@@ -8,7 +8,7 @@ on each engine; prints the median microseconds per step and the median of the pe
 to the engine's own setting, and fails if any configuration's token ids differ.
 
     python benchmarks/compile_options.py [--rounds 15] [--configs eager,shipped,no-cache,python-wrapper,freezing]
-    python benchmarks/compile_options.py --configs shipped,custom-op,skip-guards --rounds 15
+    python benchmarks/compile_options.py --configs shipped,custom-op,module-guards,skip-guards --rounds 21
     python benchmarks/compile_options.py --configs shipped --rounds 0 --kernels 20
 
 `custom-op` is the shipped configuration with the oneDNN matmul registered by
@@ -16,8 +16,8 @@ to the engine's own setting, and fails if any configuration's token ids differ.
 the engine's CPU-only operator; `skip-guards` runs the shipped graphs under
 `torch.compiler.set_stance(skip_guard_eval_unsafe=True)` once warm (only the guards that tell
 the cached graphs apart are checked; not safe for an engine, measured to know what guards cost);
-`module-guards-off` compiles with `torch.compiler.skip_guard_on_all_nn_modules_unsafe` (no guards
-on the model's modules; safe only for a code object that sees one model).
+`module-guards` keeps dynamo's guards on the model's modules, which the engine drops
+(`torch.compiler.skip_guard_on_all_nn_modules_unsafe`; safe for a code object that sees one model).
 
 `--kernels N` also prints torch.profiler's N ops with the most own CPU time over one more
 request of the first configuration (where a compiled step's time goes: matmul kernels, the
@@ -31,19 +31,19 @@ import contextlib
 import statistics
 import sys
 import time
-import types
 from pathlib import Path
 
+# what CompiledForward passes on a CPU: the C++ wrapper, no guards on the model's modules
+SHIPPED = {"cpp_wrapper": True, "guard_filter_fn": "skip_guard_on_all_nn_modules_unsafe"}
 CONFIGS = {
     "eager": None,
-    "shipped": {"cpp_wrapper": True},  # what CompiledForward passes on a CPU
-    "no-cache": {"cpp_wrapper": True, "fx_graph_cache": False},  # compiled afresh, not loaded from disk
-    "python-wrapper": {"cpp_wrapper": False},
-    "freezing": {"cpp_wrapper": True, "freezing": True},
-    "custom-op": {"cpp_wrapper": True},
-    "skip-guards": {"cpp_wrapper": True},
-    # torch.compiler.skip_guard_on_all_nn_modules_unsafe: no guards on the model's modules
-    "module-guards-off": {"cpp_wrapper": True, "guard_filter_fn": "skip_guard_on_all_nn_modules_unsafe"},
+    "shipped": SHIPPED,
+    "no-cache": {**SHIPPED, "fx_graph_cache": False},  # compiled afresh, not loaded from disk
+    "python-wrapper": {**SHIPPED, "cpp_wrapper": False},
+    "freezing": {**SHIPPED, "freezing": True},
+    "custom-op": SHIPPED,
+    "skip-guards": SHIPPED,
+    "module-guards": {"cpp_wrapper": True},  # every guard dynamo makes, the model's modules' too
 }
 
 
@@ -88,7 +88,7 @@ def patched(name: str, warm: bool):
 _CUSTOM_OP: dict = {}
 
 
-def engine(model: str, index: int, options: dict | None):
+def engine(model: str, options: dict | None):
     import torch
 
     from wedlm import LLM
@@ -96,9 +96,8 @@ def engine(model: str, index: int, options: dict | None):
 
     llm = LLM(model, device="cpu", enforce_eager=options is None, enable_prefix_caching=False, max_num_seqs=1)
     if options is not None:
-        code = compiled.forward_logits.__code__.replace(co_name=f"forward_logits_{index}")
-        fn = types.FunctionType(code, compiled.forward_logits.__globals__, code.co_name)
         options = {k: getattr(torch.compiler, v) if k == "guard_filter_fn" else v for k, v in options.items()}
+        fn = compiled._own_copy(compiled.forward_logits)  # a code object of its own: its own dynamo cache
         llm.engine.runner.compiled._compiled = torch.compile(fn, dynamic=True, options=options)
     return llm
 
@@ -121,8 +120,8 @@ def main() -> int:
     prompt = [(3 * j) % 200 + 10 for j in range(24)]
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, decoding=args.decoding, ignore_eos=True)
     llms, ids = {}, {}
-    for i, name in enumerate(names):
-        llms[name] = engine(args.model, i, CONFIGS[name])
+    for name in names:
+        llms[name] = engine(args.model, CONFIGS[name])
         start = time.perf_counter()
         with patched(name, warm=False):
             ids[name] = llms[name].generate([prompt], params)[0]["token_ids"]  # warm-up: compiles
