@@ -110,8 +110,9 @@ def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
         [..., out_features] in x's dtype. Other dtypes (a bf16 input under autocast) and fewer
         rows go to F.linear unchanged; eager inputs are padded with zero rows to a shape bucket
         (`buckets.bucket`) so that oneDNN sees few distinct shapes. Inside `torch.compile` every
-        input of more than one row is an opaque custom op that applies the same row rule to the
-        concrete row count at run time (a test in the graph would be a guard that splits graphs);
+        input of more than one row is an opaque operator (`wedlm::onednn_linear`) that applies
+        the same row rule to the concrete row count at run time (a test in the graph would be a
+        guard that splits graphs);
         the batch-1, one-query graph has one token and one logit row (`buckets.StepShape.of`)
         and calls F.linear.
     """
@@ -167,8 +168,8 @@ def _onednn_linear_fake(x, weight, bias, packed_key):
 # `torch.library.custom_op` would wrap it in autograd and Python-dispatch layers that the
 # engine's inference-mode forward never needs: they cost about 18 us of a 60-80 us matmul of the
 # shipped model's shapes (8 layers of 16-24 rows, one thread, AMD EPYC Zen 4; 31 calls a step;
-# docs/experiments.md, "A lighter matmul operator"). Without an autograd kernel the op is for
-# inference: a backward through it is an error.
+# docs/experiments.md, "A lighter matmul operator and fewer guards"). Without an autograd kernel
+# the op is for inference only.
 _LIB = torch.library.Library("wedlm", "FRAGMENT")
 _LIB.define("onednn_linear(Tensor x, Tensor weight, Tensor? bias, int packed_key) -> Tensor")
 _LIB.impl("onednn_linear", _onednn_linear_cpu, "CPU")
