@@ -117,7 +117,7 @@ class CompiledForward:
         # Dynamo checks a graph's guards before every call; most of them re-check the model's
         # modules (their types, flags, int attributes), which an engine never changes after it
         # is built. They are dropped (`skip_guard_on_all_nn_modules_unsafe`): the batch-1 step
-        # of the shipped model took 0.94x the time (docs/experiments.md, "A lighter matmul
+        # of the shipped model took 0.94-0.97x the time (docs/experiments.md, "A lighter matmul
         # operator and fewer guards"). That is safe because each engine compiles its own copy
         # of `forward_logits` (`_own_copy`: its own code object, so its own dynamo cache), whose
         # graphs only ever see this engine's model.

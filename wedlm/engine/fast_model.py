@@ -166,10 +166,10 @@ def _onednn_linear_fake(x, weight, bias, packed_key):
 
 # The compiled graph's opaque matmul, an operator with a kernel for the CPU dispatch key alone.
 # `torch.library.custom_op` would wrap it in autograd and Python-dispatch layers that the
-# engine's inference-mode forward never needs: they cost about 18 us of a 60-80 us matmul of the
-# shipped model's shapes (8 layers of 16-24 rows, one thread, AMD EPYC Zen 4; 31 calls a step;
-# docs/experiments.md, "A lighter matmul operator and fewer guards"). Without an autograd kernel
-# the op is for inference only.
+# engine's inference-mode forward never needs: with them a compiled batch-1 step of the shipped
+# model (31 calls) took 1.11-1.14x the time (one thread, AMD EPYC Zen 4; docs/experiments.md,
+# "A lighter matmul operator and fewer guards"). Without an autograd kernel the op is for
+# inference only.
 _LIB = torch.library.Library("wedlm", "FRAGMENT")
 _LIB.define("onednn_linear(Tensor x, Tensor weight, Tensor? bias, int packed_key) -> Tensor")
 _LIB.impl("onednn_linear", _onednn_linear_cpu, "CPU")
