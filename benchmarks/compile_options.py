@@ -8,7 +8,16 @@ on each engine; prints the median microseconds per step and the median of the pe
 to the engine's own setting, and fails if any configuration's token ids differ.
 
     python benchmarks/compile_options.py [--rounds 15] [--configs eager,shipped,no-cache,python-wrapper,freezing]
+    python benchmarks/compile_options.py --configs shipped,custom-op,module-guards,skip-guards --rounds 21
     python benchmarks/compile_options.py --configs shipped --rounds 0 --kernels 20
+
+`custom-op` is the shipped configuration with the oneDNN matmul registered by
+`torch.library.custom_op` (autograd and Python-dispatch layers around the same kernel) instead of
+the engine's CPU-only operator; `skip-guards` runs the shipped graphs under
+`torch.compiler.set_stance(skip_guard_eval_unsafe=True)` once warm (only the guards that tell
+the cached graphs apart are checked; not safe for an engine, measured to know what guards cost);
+`module-guards` keeps dynamo's guards on the model's modules, which the engine drops
+(`torch.compiler.skip_guard_on_all_nn_modules_unsafe`; safe for a code object that sees one model).
 
 `--kernels N` also prints torch.profiler's N ops with the most own CPU time over one more
 request of the first configuration (where a compiled step's time goes: matmul kernels, the
@@ -18,22 +27,68 @@ custom-op wrapper around them, inductor's own kernels, dynamo's guard check).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
-import types
 from pathlib import Path
 
+# what CompiledForward passes on a CPU: the C++ wrapper, no guards on the model's modules
+SHIPPED = {"cpp_wrapper": True, "guard_filter_fn": "skip_guard_on_all_nn_modules_unsafe"}
 CONFIGS = {
     "eager": None,
-    "shipped": {"cpp_wrapper": True},  # what CompiledForward passes on a CPU
-    "no-cache": {"cpp_wrapper": True, "fx_graph_cache": False},  # compiled afresh, not loaded from disk
-    "python-wrapper": {"cpp_wrapper": False},
-    "freezing": {"cpp_wrapper": True, "freezing": True},
+    "shipped": SHIPPED,
+    "no-cache": {**SHIPPED, "fx_graph_cache": False},  # compiled afresh, not loaded from disk
+    "python-wrapper": {**SHIPPED, "cpp_wrapper": False},
+    "freezing": {**SHIPPED, "freezing": True},
+    "custom-op": SHIPPED,
+    "skip-guards": SHIPPED,
+    "module-guards": {"cpp_wrapper": True},  # every guard dynamo makes, the model's modules' too
 }
 
 
-def engine(model: str, index: int, options: dict | None):
+def _custom_op():
+    """The oneDNN matmul as a `torch.library.custom_op` around the engine's own kernel."""
+    import torch
+
+    from wedlm.engine import fast_model
+
+    def kernel(x, weight, bias, packed_key):
+        return fast_model._linear_rows(x, weight, bias, packed_key, pad=False)
+
+    op = torch.library.custom_op("wedlm_bench::onednn_linear", kernel, mutates_args=(),
+                                 schema="(Tensor x, Tensor weight, Tensor? bias, int packed_key) -> Tensor")
+
+    op.register_fake(fast_model._onednn_linear_fake)
+    return op
+
+
+@contextlib.contextmanager
+def patched(name: str, warm: bool):
+    """The process-wide setting a configuration runs under (the matmul operator its graph is
+    traced with, the guard stance once warm), restored after."""
+    import torch
+
+    from wedlm.engine import fast_model
+
+    shipped = fast_model._onednn_linear_op
+    if name == "custom-op":
+        fast_model._onednn_linear_op = _CUSTOM_OP.setdefault("op", _custom_op())
+    stance = torch.compiler.set_stance(skip_guard_eval_unsafe=True) if name == "skip-guards" and warm else None
+    try:
+        if stance is None:
+            yield
+        else:
+            with stance:
+                yield
+    finally:
+        fast_model._onednn_linear_op = shipped
+
+
+_CUSTOM_OP: dict = {}
+
+
+def engine(model: str, options: dict | None):
     import torch
 
     from wedlm import LLM
@@ -41,8 +96,8 @@ def engine(model: str, index: int, options: dict | None):
 
     llm = LLM(model, device="cpu", enforce_eager=options is None, enable_prefix_caching=False, max_num_seqs=1)
     if options is not None:
-        code = compiled.forward_logits.__code__.replace(co_name=f"forward_logits_{index}")
-        fn = types.FunctionType(code, compiled.forward_logits.__globals__, code.co_name)
+        options = {k: getattr(torch.compiler, v) if k == "guard_filter_fn" else v for k, v in options.items()}
+        fn = compiled._own_copy(compiled.forward_logits)  # a code object of its own: its own dynamo cache
         llm.engine.runner.compiled._compiled = torch.compile(fn, dynamic=True, options=options)
     return llm
 
@@ -65,24 +120,30 @@ def main() -> int:
     prompt = [(3 * j) % 200 + 10 for j in range(24)]
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, decoding=args.decoding, ignore_eos=True)
     llms, ids = {}, {}
-    for i, name in enumerate(names):
-        llms[name] = engine(args.model, i, CONFIGS[name])
+    for name in names:
+        llms[name] = engine(args.model, CONFIGS[name])
         start = time.perf_counter()
-        ids[name] = llms[name].generate([prompt], params)[0]["token_ids"]  # warm-up: compiles
+        with patched(name, warm=False):
+            ids[name] = llms[name].generate([prompt], params)[0]["token_ids"]  # warm-up: compiles
         print(f"{name}: warm-up (compile) {time.perf_counter() - start:.1f} s", flush=True)
     if any(v != ids[names[0]] for v in ids.values()):
         print("token ids differ between configurations")
         return 1
     per_step = {n: [] for n in names}
-    steps = 0
+    steps, got = 0, []
     for _ in range(args.rounds):
         for name, llm in llms.items():
             llm.add_request(prompt, params)
-            steps, start = 0, time.perf_counter()
-            while llm.has_unfinished():
-                llm.step()
-                steps += 1
-            per_step[name].append(1e6 * (time.perf_counter() - start) / steps)
+            with patched(name, warm=True):
+                steps, start = 0, time.perf_counter()
+                while llm.has_unfinished():
+                    got.extend(t for delta in llm.step() for t in delta.new_token_ids)
+                    steps += 1
+                per_step[name].append(1e6 * (time.perf_counter() - start) / steps)
+            if got != ids[name]:
+                print(f"{name}: token ids changed in a timed round")
+                return 1
+            got.clear()
     if args.kernels:
         from torch.profiler import ProfilerActivity, profile
 

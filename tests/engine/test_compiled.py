@@ -135,3 +135,39 @@ def test_plain_weights_are_static_and_settings_are_restored(compiled_llm):
             assert (fx_config.use_duck_shape, torch._dynamo.config.specialize_float) == (False, True)
             raise RuntimeError("inside")
     assert (fx_config.use_duck_shape, torch._dynamo.config.specialize_float) == before
+
+
+def test_each_engine_compiles_its_own_copy():
+    """Guards on the model's modules are dropped, so no two engines may share a code object
+    (and with it dynamo's cache of graphs): each CompiledForward compiles its own copy."""
+    import torch
+
+    from wedlm.engine.compiled import CompiledForward, _own_copy, forward_logits
+
+    first, second = _own_copy(forward_logits), _own_copy(forward_logits)
+    assert first.__code__ is not second.__code__ and first.__code__ != second.__code__
+    assert first.__code__.co_code == forward_logits.__code__.co_code
+    assert first.__name__.startswith("forward_logits_") and first.__defaults__ == forward_logits.__defaults__
+    a, b = CompiledForward(torch.device("cpu"), []), CompiledForward(torch.device("cpu"), [])
+    assert a._compiled._torchdynamo_orig_callable.__code__ is not b._compiled._torchdynamo_orig_callable.__code__
+
+
+@pytest.mark.slow
+def test_two_compiled_engines_keep_their_own_models(ckpt_factory, monkeypatch):
+    """Two models of one shape, compiled in one process (oneDNN: each graph holds its own
+    engine's packed-weight keys): each engine gives its own eager tokens."""
+    monkeypatch.setenv("WEDLM_CPU_LINEAR", "onednn")
+    paths = [ckpt_factory(f"own_copy_{seed}", family="qwen3", wedlm=True, seed=seed, hidden_size=128,
+                          intermediate_size=384, head_dim=32) for seed in (21, 22)]
+    params = [SamplingParams(temperature=0.0, max_tokens=16, decoding=d, ignore_eos=True) for d in ("ar", "wedlm")]
+    prompts = [list(range(5, 29)), list(range(40, 47))]
+    want, got = [], []
+    for path in paths:
+        eager = LLM(str(path), device="cpu", wedlm_window_size=16, enable_prefix_caching=False)
+        want.append([o["token_ids"] for p in params for o in eager.generate(prompts, p)])
+    engines = [LLM(str(path), device="cpu", wedlm_window_size=16, enable_prefix_caching=False, enforce_eager=False)
+               for path in paths]
+    for llm in engines + engines[::-1]:  # each engine after the other's graphs exist
+        got.append([o["token_ids"] for p in params for o in llm.generate(prompts, p)])
+    assert want[0] != want[1]
+    assert got == [want[0], want[1], want[1], want[0]]

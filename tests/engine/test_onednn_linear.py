@@ -1,6 +1,8 @@
 """Float32 matmuls by oneDNN (`fast_model.use_onednn_linear`): chosen from the CPU, the same
 arithmetic as F.linear up to float32 summation order, the same greedy tokens in the engine."""
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -8,6 +10,7 @@ import torch.nn.functional as F
 from wedlm import LLM, SamplingParams
 from wedlm.engine import fast_model
 from wedlm.engine.config import resolve_cpu_linear
+from wedlm.engine.defaults import DECODERS
 from wedlm.engine.fast_model import (
     ONEDNN_MIN_ROWS,
     PACKED_MIN_MACS,
@@ -21,6 +24,7 @@ from wedlm.hardware import cpu_prefers_onednn_linear, cpu_vendor
 from wedlm.model import DenseAttention, load_model
 
 CPU = torch.device("cpu")
+SHIPPED = Path(__file__).resolve().parents[2] / "models" / "wedlm-tiny"
 
 
 @pytest.mark.parametrize("vendor,flags,expected", [
@@ -226,3 +230,58 @@ def test_eager_inputs_are_padded_to_a_shape_bucket():
         assert got.shape == (rows, 64) and (got - want).abs().max().item() <= 1e-5 * want.abs().max().item()
         seen |= {tuple(e.input_shapes[0]) for e in prof.events() if e.name == "mkldnn::_linear_pointwise"}
     assert seen == {(24, 32)}
+
+
+def test_the_compiled_op_is_a_cpu_kernel_without_autograd():
+    """`wedlm::onednn_linear`, the compiled graph's matmul, has a kernel for the CPU key alone
+    (no autograd wrapper around each call) and is `onednn_linear`'s row rule, unpadded."""
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("wedlm::onednn_linear", "CPU")
+    assert not torch._C._dispatch_has_kernel_for_dispatch_key("wedlm::onednn_linear", "AutogradCPU")
+    gen = torch.Generator().manual_seed(11)
+    x, w, b = torch.randn(20, 192, generator=gen), torch.randn(384, 192, generator=gen), torch.randn(384, generator=gen)
+    packed, key = pack_weight(w)  # 20 x 73,728 multiply-adds: past PACKED_MIN_MACS
+    with torch.inference_mode():
+        got = torch.ops.wedlm.onednn_linear(x, w, b, key)
+        ops = _ops(lambda: torch.ops.wedlm.onednn_linear(x, w, b, key))
+        small = torch.ops.wedlm.onednn_linear(x[:1], w, b, key)
+    want = F.linear(x, w, b)
+    assert got.shape == (20, 384) and (got - want).abs().max().item() <= 1e-5 * want.abs().max().item()
+    assert "mkldnn::_linear_pointwise" in ops
+    assert torch.equal(small, F.linear(x[:1], w, b))  # one row: F.linear
+
+
+def _decoder_tokens(llm, prompts, max_tokens):
+    """Greedy token ids of every decoder, the prompts batched and each alone."""
+    out = []
+    for decoding in DECODERS:
+        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, decoding=decoding, ignore_eos=True)
+        out.append([o["token_ids"] for o in llm.generate(prompts, params)])
+        out.append([llm.generate([p], params)[0]["token_ids"] for p in prompts])
+    return out
+
+
+@pytest.mark.slow
+def test_shipped_model_compiled_onednn_equals_eager(monkeypatch):
+    """The shipped model's compiled forward (oneDNN matmuls through `wedlm::onednn_linear`)
+    gives the eager forward's tokens under every decoder, at batch 1 and 2."""
+    monkeypatch.setenv("WEDLM_CPU_LINEAR", "onednn")
+    eager = LLM(str(SHIPPED), device="cpu", enable_prefix_caching=False)
+    compiled = LLM(str(SHIPPED), device="cpu", enable_prefix_caching=False, enforce_eager=False)
+    prompts = [[(3 * j) % 200 + 10 for j in range(24)], eager.tokenizer.encode("Count from 12 to 40.")]
+    want = _decoder_tokens(eager, prompts, 40)
+    assert _decoder_tokens(compiled, prompts, 40) == want
+    assert all(len(ids) == 40 for group in want for ids in group)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["qwen2", "llama"])
+def test_random_configs_compiled_onednn_equals_eager(ckpt_factory, monkeypatch, family):
+    """Random models wide enough for oneDNN (gate/up of 16 rows past PACKED_MIN_MACS; qwen2's
+    q/k/v biases go through the op too): compiled tokens equal eager ones."""
+    monkeypatch.setenv("WEDLM_CPU_LINEAR", "onednn")
+    path = ckpt_factory(f"onednn_{family}", family=family, wedlm=True, seed=7, hidden_size=128,
+                        intermediate_size=384, num_attention_heads=4, num_key_value_heads=2, head_dim=32)
+    eager = LLM(str(path), device="cpu", wedlm_window_size=16, enable_prefix_caching=False)
+    compiled = LLM(str(path), device="cpu", wedlm_window_size=16, enable_prefix_caching=False, enforce_eager=False)
+    prompts = [list(range(5, 29)), list(range(40, 47))]
+    assert _decoder_tokens(compiled, prompts, 24) == _decoder_tokens(eager, prompts, 24)

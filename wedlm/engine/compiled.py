@@ -17,9 +17,11 @@ build loads the generated kernels instead of generating and building them again.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import time
+import types
 from pathlib import Path
 
 import torch
@@ -33,12 +35,12 @@ log = logging.getLogger("wedlm.engine")
 # Steps with at most this many (padded) tokens run as CUDA graphs; larger ones (prefill) compiled only.
 CUDA_GRAPH_MAX_TOKENS = 512
 # torch.compile keeps at most `recompile_limit` graphs per code object (8 by default) and then runs
-# the function uncompiled with only a warning. Every engine's CompiledForward compiles the same
-# `forward_logits`: up to four graphs per model (buckets.py; seven on CUDA, where the CUDA-graph
-# and the large-step callables compile their own), so a process with several compiled engines
-# (`wedlm bench --slot-cost` builds three) would pass the default. The limit is raised to at
-# least this, process-wide.
+# the function uncompiled with only a warning. Each engine's CompiledForward compiles its own copy
+# of `forward_logits` (`_own_copy`), up to four graphs per model (buckets.py); the limit is raised
+# to at least this, process-wide, so that a rarer step shape still compiles instead of silently
+# running eager.
 RECOMPILE_LIMIT = 64
+_COPIES = itertools.count()
 
 
 def forward_logits(model: QwenForCausalLM, input_ids: torch.Tensor, positions: torch.Tensor,
@@ -111,15 +113,23 @@ class CompiledForward:
         # On a CPU the graph's calling code is generated as C++ (inductor's `cpp_wrapper`): a
         # one-token step of the shipped model spends ~0.2 ms in the Python wrapper otherwise
         # (docs/engine.md, "Compiled forward" and docs/experiments.md, "C++ wrapper"); compiling a graph takes longer instead.
-        options = {"cpp_wrapper": True} if device.type == "cpu" and not collectives else None
-        self._compiled = torch.compile(forward_logits, dynamic=True, options=options)
+        options = {"cpp_wrapper": True} if device.type == "cpu" and not collectives else {}
+        # Dynamo checks a graph's guards before every call; most of them re-check the model's
+        # modules (their types, flags, int attributes), which an engine never changes after it
+        # is built. They are dropped (`skip_guard_on_all_nn_modules_unsafe`): the batch-1 step
+        # of the shipped model took 0.94-0.97x the time (docs/experiments.md, "A lighter matmul
+        # operator and fewer guards"). That is safe because each engine compiles its own copy
+        # of `forward_logits` (`_own_copy`: its own code object, so its own dynamo cache), whose
+        # graphs only ever see this engine's model.
+        options["guard_filter_fn"] = torch.compiler.skip_guard_on_all_nn_modules_unsafe
+        self._compiled = torch.compile(_own_copy(forward_logits), dynamic=True, options=options)
         self._graphed = None
         for t in [*kv_tensors, *weights]:  # fixed shapes: no symbolic sizes to collide with the step's sizes
             torch._dynamo.mark_static(t)
         if device.type == "cuda":
             for t in kv_tensors:
                 torch._dynamo.mark_static_address(t)
-            self._graphed = torch.compile(forward_logits, dynamic=True, mode="reduce-overhead")
+            self._graphed = torch.compile(_own_copy(forward_logits), dynamic=True, mode="reduce-overhead")
 
     def __call__(self, model, input_ids, positions, attn, logit_rows, mask_token_id, autocast):
         graphed = self._graphed is not None and input_ids.shape[0] <= CUDA_GRAPH_MAX_TOKENS
@@ -162,6 +172,13 @@ class _CompileSettings:
     def __exit__(self, *exc) -> None:
         for (module, name, _), old in zip(self.SETTINGS, self._old):
             setattr(module, name, old)
+
+
+def _own_copy(fn: types.FunctionType) -> types.FunctionType:
+    """`fn` with a code object of its own (named `fn`'s name plus a process-wide count):
+    `torch.compile` keeps its graphs and guards per code object."""
+    code = fn.__code__.replace(co_name=f"{fn.__name__}_{next(_COPIES)}")
+    return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
 
 
 def _unique_graphs() -> int:

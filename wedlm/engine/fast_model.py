@@ -72,6 +72,7 @@ TRANSPOSED_GEMV_MAX_BYTES = 2 << 30
 # the key, an int, never the packed tensor (oneDNN's opaque layout has no fake-tensor support).
 _PACKED: dict[int, weakref.ref] = {}
 _PACK_KEYS = itertools.count(1)
+_LINEAR_POINTWISE = torch.ops.mkldnn._linear_pointwise.default if torch.backends.mkldnn.is_available() else None
 
 
 def pack_weight(weight: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -109,8 +110,9 @@ def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
         [..., out_features] in x's dtype. Other dtypes (a bf16 input under autocast) and fewer
         rows go to F.linear unchanged; eager inputs are padded with zero rows to a shape bucket
         (`buckets.bucket`) so that oneDNN sees few distinct shapes. Inside `torch.compile` every
-        input of more than one row is an opaque custom op that applies the same row rule to the
-        concrete row count at run time (a test in the graph would be a guard that splits graphs);
+        input of more than one row is an opaque operator (`wedlm::onednn_linear`) that applies
+        the same row rule to the concrete row count at run time (a test in the graph would be a
+        guard that splits graphs);
         the batch-1, one-query graph has one token and one logit row (`buckets.StepShape.of`)
         and calls F.linear.
     """
@@ -145,19 +147,34 @@ def _linear_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     padded = bucket(rows) if pad else rows
     if padded != rows:
         flat = torch.cat([flat, flat.new_zeros(padded - rows, features)])
-    out = torch.ops.mkldnn._linear_pointwise(flat, weight if packed is None else packed, bias, "none", [], "")
+    out = _LINEAR_POINTWISE(flat, weight if packed is None else packed, bias, "none", [], "")
     return out[:rows].view(*x.shape[:-1], weight.shape[0])
 
 
-@torch.library.custom_op("wedlm::onednn_linear", mutates_args=())
-def _onednn_linear_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                      packed_key: int) -> torch.Tensor:
+def _onednn_linear_cpu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                       packed_key: int) -> torch.Tensor:
+    packed = _packed(packed_key)
+    # the compiled graph's common case first, with no reshapes or slices (each a dispatched op)
+    if packed is not None and x.dim() == 2 and x.shape[0] >= 2 and x.shape[0] * weight.numel() >= PACKED_MIN_MACS:
+        return _LINEAR_POINTWISE(x, packed, bias, "none", [], "")
     return _linear_rows(x, weight, bias, packed_key, pad=False)
 
 
-@_onednn_linear_op.register_fake
-def _(x, weight, bias, packed_key):
+def _onednn_linear_fake(x, weight, bias, packed_key):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+# The compiled graph's opaque matmul, an operator with a kernel for the CPU dispatch key alone.
+# `torch.library.custom_op` would wrap it in autograd and Python-dispatch layers that the
+# engine's inference-mode forward never needs: with them a compiled batch-1 step of the shipped
+# model (31 calls) took 1.11-1.14x the time (one thread, AMD EPYC Zen 4; docs/experiments.md,
+# "A lighter matmul operator and fewer guards"). Without an autograd kernel the op is for
+# inference only.
+_LIB = torch.library.Library("wedlm", "FRAGMENT")
+_LIB.define("onednn_linear(Tensor x, Tensor weight, Tensor? bias, int packed_key) -> Tensor")
+_LIB.impl("onednn_linear", _onednn_linear_cpu, "CPU")
+torch.library.register_fake("wedlm::onednn_linear", _onednn_linear_fake, lib=_LIB)
+_onednn_linear_op = torch.ops.wedlm.onednn_linear.default
 
 
 def one_row_linear(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
