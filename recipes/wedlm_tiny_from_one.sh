@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# A trial stage on top of the shipped weights: "Count from A to N." with small starts and any end,
+# Two trial stages on top of the shipped weights: "Count from A to N." with small starts and any end,
 # the demo range 1..200 at its natural rate, every other task replayed (configs/tiny_wedlm_from_one.yaml,
-# 50 minutes annealed on the clock). It exports to runs/wedlm-tiny-from-one/export and evaluates
-# there; models/wedlm-tiny is left alone (the trial did not reach its target: docs/training.md).
+# 50 minutes annealed on the clock), then small-start ranges ending in 100..320, where only N's
+# hundreds digit decides the stop (configs/tiny_wedlm_hundreds.yaml, 75 minutes on one thread). It
+# exports to runs/wedlm-tiny-from-one/export and evaluates there; models/wedlm-tiny is left alone
+# (the trials did not reach their target: docs/experiments.md).
 #
 #   mkdir -p runs/wedlm-tiny-from-one && nohup bash recipes/wedlm_tiny_from_one.sh > runs/wedlm-tiny-from-one/recipe.log 2>&1 &
 #
-# Resumable like recipes/wedlm_tiny.sh (DRY_RUN=1 prints the plan); the run owns both cores.
+# Resumable like recipes/wedlm_tiny.sh (DRY_RUN=1 prints the plan); the first stage owns both cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN=runs/wedlm-tiny-from-one
-OUT=$RUN/hundreds-export
+OUT=$RUN/export
 PY=${PYTHON:-python}
 mkdir -p "$RUN"
 source recipes/stages.sh  # stage, mix, train, export_model
@@ -19,8 +21,6 @@ mix data/widen/from-one-mix.jsonl '{"seed": 34, "from_small": {"320": 14000}, "d
   "distractor2": {"50": 6000}, "carry": {"20": 6000}, "simple_forms": {"6": 6000},
   "replay": {"count": 5000, "addsub": 12000, "listops": 10000}, "replay_demo": 0.0}'
 train configs/tiny_wedlm_from_one.yaml
-export_model "$RUN/from-one/final" "$RUN/export"
-stage copy-defaults cp models/wedlm-tiny/{generation_config,tokenizer,tokenizer_config,special_tokens_map}.json "$RUN/export/"
 mix data/widen/hundreds-mix.jsonl '{"seed": 35, "from_small": {"100-320": 12000, "320": 4000}, "distractor2": {"50": 4000},
   "carry": {"20": 4000}, "simple_forms": {"6": 4000}, "replay": {"count": 4000, "addsub": 10000, "listops": 8000},
   "replay_demo": 0.0}'

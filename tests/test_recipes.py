@@ -256,7 +256,9 @@ def test_the_shipped_recipe_chains_every_stage_from_data_to_card():
 def test_the_small_start_trial_continues_the_shipped_weights_and_leaves_them_alone():
     plan = recipe_plan("wedlm_tiny_from_one.sh")
     assert chain(plan, start="models/wedlm-tiny") == [
-        ("from-one", "configs/tiny_wedlm_from_one.yaml", "models/wedlm-tiny", "data/widen/from-one-mix.jsonl")]
+        ("from-one", "configs/tiny_wedlm_from_one.yaml", "models/wedlm-tiny", "data/widen/from-one-mix.jsonl"),
+        ("hundreds", "configs/tiny_wedlm_hundreds.yaml", "runs/wedlm-tiny-from-one/from-one/final",
+         "data/widen/hundreds-mix.jsonl")]
     assert [step[-1] for step in plan if step[0] == "export"] == ["runs/wedlm-tiny-from-one/export"]
 
 
