@@ -254,3 +254,16 @@ def test_missing_backend_is_a_clear_request_error(monkeypatch):
     with pytest.raises(BackendMissingError) as err:
         SamplingParams(structured={"regex": "a+"})
     assert err.value.param == "structured.regex" and "wedlm[structured]" in str(err.value)
+
+
+@pytest.mark.parametrize("decoding", DECODERS)
+def test_min_tokens_yields_where_the_grammar_must_end(shipped, decoding):
+    """min_tokens puts -inf on the stop ids, the grammar allows only them after "a": the grammar
+    decides (the answer ends, valid), greedy and sampled, instead of a row with no finite logit."""
+    for temperature in (0.0, 1.0):
+        p = SamplingParams(temperature=temperature, seed=1, max_tokens=10, min_tokens=5, decoding=decoding,
+                           structured={"regex": "a"})
+        out = shipped.generate([chat(shipped, "What is 4 + 5?")], p)[0]
+        assert out["finish_reason"] == "stop" and out["text"] == "a", out
+        assert len(out["token_ids"]) == 2 and out["token_ids"][0] == shipped.tokenizer.convert_tokens_to_ids("a")
+        assert out["token_ids"][1] in shipped.engine.stop_ids
