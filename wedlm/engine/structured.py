@@ -232,6 +232,12 @@ class GrammarState:
         self.bitmask = xgr.allocate_token_bitmask(1, backend.vocab_size)
         self.vocab_size = backend.vocab_size
 
+    def stuck(self) -> bool:
+        """Whether the grammar allows no token at all after the committed output (no stop either):
+        a grammar that accepts no string (`[^\\s\\S]`), or none this vocabulary can spell."""
+        self.matcher.fill_next_token_bitmask(self.bitmask)
+        return not bool(self.bitmask.any())
+
     def advance(self, tokens: list[int]) -> None:
         """Accept committed tokens.
 
