@@ -254,3 +254,43 @@ def test_missing_backend_is_a_clear_request_error(monkeypatch):
     with pytest.raises(BackendMissingError) as err:
         SamplingParams(structured={"regex": "a+"})
     assert err.value.param == "structured.regex" and "wedlm[structured]" in str(err.value)
+
+
+@pytest.mark.parametrize("decoding", DECODERS)
+def test_min_tokens_yields_where_the_grammar_must_end(shipped, decoding):
+    """min_tokens puts -inf on the stop ids, the grammar allows only them after "a": the grammar
+    decides (the answer ends, valid), greedy and sampled, instead of a row with no finite logit."""
+    for temperature in (0.0, 1.0):
+        p = SamplingParams(temperature=temperature, seed=1, max_tokens=10, min_tokens=5, decoding=decoding,
+                           structured={"regex": "a"})
+        out = shipped.generate([chat(shipped, "What is 4 + 5?")], p)[0]
+        assert out["finish_reason"] == "stop" and out["text"] == "a", out
+        assert len(out["token_ids"]) == 2 and out["token_ids"][0] == shipped.tokenizer.convert_tokens_to_ids("a")
+        assert out["token_ids"][1] in shipped.engine.stop_ids
+
+
+@pytest.mark.parametrize("decoding", DECODERS)
+def test_a_stop_token_never_spells_grammar_text(shipped, decoding):
+    """The choice "<|im_end|>" is literal text: the stop token of that name must not be read as
+    it (the answer would end empty, which no choice is); it is spelt with ordinary tokens. A
+    request's extra stop id (the token "a") likewise only ends the answer."""
+    im_end = shipped.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert im_end in shipped.engine.stop_ids
+    for structured, extra in (({"choice": ["<|im_end|>", "x"]}, {}),
+                              ({"choice": ["yes", "a"]}, {"stop_token_ids": [shipped.tokenizer.convert_tokens_to_ids("a")]})):
+        for temperature in (0.0, 1.0):
+            p = SamplingParams(temperature=temperature, seed=0, max_tokens=16, decoding=decoding,
+                               structured=structured, **extra)
+            out = shipped.generate([chat(shipped, "What is 4 + 5?")], p)[0]
+            assert out["finish_reason"] == "stop" and out["text"] in structured["choice"], out
+            ids = out["token_ids"]
+            assert len(ids) >= 2 and shipped.tokenizer.decode(ids[:-1]) == out["text"]
+
+
+def test_a_grammar_that_accepts_nothing_is_refused_before_queueing(shipped):
+    p = SamplingParams(temperature=0, max_tokens=8, structured={"regex": r"[^\s\S]"})
+    before = shipped.engine.metrics()
+    with pytest.raises(RequestError) as err:
+        shipped.generate([chat(shipped, "What is 4 + 5?")], p)
+    assert err.value.param == "structured.regex" and "accepts no answer" in str(err.value)
+    assert shipped.engine.metrics() == before and not shipped.engine.seqs

@@ -167,18 +167,25 @@ class Engine:
 
         Raises:
             RequestError (param "structured"): no tokenizer, no stop id to end the answer with, or
-                a grammar the backend cannot compile against this vocabulary.
+                a grammar the backend cannot compile against this vocabulary; (param
+                "structured.<kind>") a grammar that allows no first token (accepts no answer).
         """
         if self.tokenizer is None or not stop_ids:
             raise RequestError("structured", "structured outputs need the model folder's tokenizer and a stop id")
-        never = {i for i in self.tokenizer.all_special_ids if i not in stop_ids}
+        never = set(self.tokenizer.all_special_ids) | set(stop_ids)  # a stop id only ends the answer,
+        # never spells grammar text (the grammar allows it by id where it may end)
         if self.mask_token_id is not None:
             never.add(self.mask_token_id)
         backend = backend_for(self.tokenizer, self.model.config.vocab_size, never)
         try:
-            return backend.state(params.structured, stop_ids)
+            state = backend.state(params.structured, stop_ids)
         except RuntimeError as err:  # the backend refused it against this vocabulary
             raise RequestError("structured", f"structured: cannot compile for this tokenizer: {err}") from None
+        if state.stuck():  # refused here: a decoder would otherwise meet a row with no allowed token
+            kind = params.structured.kind
+            raise RequestError(f"structured.{kind}", f"structured.{kind} accepts no answer this tokenizer "
+                                                     "can spell (no token and no stop is allowed first)")
+        return state
 
     def abort(self, request_id: str) -> StreamDelta | None:
         """Stop a request and free its blocks.

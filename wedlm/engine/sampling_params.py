@@ -92,7 +92,8 @@ class SamplingParams:
         min_p: in [0, 1]; sampled requests drop tokens whose probability is below
             min_p times the most likely one's (0 = off; greedy requests unaffected).
         min_tokens: the stop ids cannot be chosen before this many tokens (>= 0,
-            <= max_tokens); stop strings still apply.
+            <= max_tokens); stop strings still apply. Under `structured`, a grammar that
+            allows only a stop token ends the answer there, min_tokens or not.
         logprobs: None = off; k in [0, 20] returns each generated token's log-probability
             and the k most likely alternatives (`TokenLogprob`; which distribution:
             `logprobs.py`).

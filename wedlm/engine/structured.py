@@ -232,6 +232,12 @@ class GrammarState:
         self.bitmask = xgr.allocate_token_bitmask(1, backend.vocab_size)
         self.vocab_size = backend.vocab_size
 
+    def stuck(self) -> bool:
+        """Whether the grammar allows no token at all after the committed output (no stop either):
+        a grammar that accepts no string (`[^\\s\\S]`), or none this vocabulary can spell."""
+        self.matcher.fill_next_token_bitmask(self.bitmask)
+        return not bool(self.bitmask.any())
+
     def advance(self, tokens: list[int]) -> None:
         """Accept committed tokens.
 
@@ -305,7 +311,7 @@ class GrammarState:
         allowed = self.allowed(run)
         if allowed is None:
             return logits.clone()
-        return logits.masked_fill(~allowed.to(logits.device), float("-inf"))
+        return grammar_wins(logits.masked_fill(~allowed.to(logits.device), float("-inf")), allowed)
 
 
 class Lookahead:
@@ -359,4 +365,17 @@ class Lookahead:
         bits = state.bitmask.to(row.device, non_blocking=True)
         backend = "cpu" if row.device.type == "cpu" else "torch_native"
         state.xgr.apply_token_bitmask_inplace(row, bits, backend=backend)  # the bitmask spans all V
+        if not bool(row.isfinite().any()):  # the logit controls forbade all the grammar allows
+            row.zero_()
+            state.xgr.apply_token_bitmask_inplace(row, bits, backend=backend)
         return row[0]
+
+
+def grammar_wins(masked: Any, allowed: Any) -> Any:
+    """masked float [..., V] (logits under the grammar's mask bool [V]) as is, or, when the request's
+    logit controls left none of the tokens the grammar allows finite (min_tokens' -inf on the stop
+    tokens where the grammar must end), 0 at every allowed token: the grammar decides, uniformly
+    over what it allows, so the answer stays valid and sampling never meets a row with no mass."""
+    if bool(masked.isfinite().any()):
+        return masked
+    return masked.new_zeros(masked.shape).masked_fill(~allowed.to(masked.device), float("-inf"))
