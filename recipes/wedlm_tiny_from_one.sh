@@ -2,7 +2,8 @@
 # Two trial stages on top of the shipped weights: "Count from A to N." with small starts and any end,
 # the demo range 1..200 at its natural rate, every other task replayed (configs/tiny_wedlm_from_one.yaml,
 # 50 minutes annealed on the clock), then small-start ranges ending in 100..320, where only N's
-# hundreds digit decides the stop (configs/tiny_wedlm_hundreds.yaml, 75 minutes on one thread). It
+# hundreds digit decides the stop (configs/tiny_wedlm_hundreds.yaml, 75 minutes on one thread, then
+# 52 more minutes on fresh draws). It
 # exports to runs/wedlm-tiny-from-one/export and evaluates there; models/wedlm-tiny is left alone
 # (the trials did not reach their target: docs/experiments.md).
 #
@@ -25,7 +26,13 @@ mix data/widen/hundreds-mix.jsonl '{"seed": 35, "from_small": {"100-320": 12000,
   "carry": {"20": 4000}, "simple_forms": {"6": 4000}, "replay": {"count": 4000, "addsub": 10000, "listops": 8000},
   "replay_demo": 0.0}'
 train configs/tiny_wedlm_hundreds.yaml
-export_model "$RUN/hundreds/final" "$OUT"
+# the same stage continued on fresh draws, on both cores
+mix data/widen/hundreds2-mix.jsonl '{"seed": 36, "from_small": {"100-320": 12000, "320": 4000}, "distractor2": {"50": 4000},
+  "carry": {"20": 4000}, "simple_forms": {"6": 4000}, "replay": {"count": 4000, "addsub": 10000, "listops": 8000},
+  "replay_demo": 0.0}'
+train configs/tiny_wedlm_hundreds.yaml init=$RUN/hundreds/final out_dir=$RUN/hundreds2 \
+  data=data/widen/hundreds2-mix.jsonl num_threads=2 max_minutes=52 lr=1.5e-4
+export_model "$RUN/hundreds2/final" "$OUT"
 # the shipped decoding defaults and tokenizer
 stage copy-defaults cp models/wedlm-tiny/{generation_config,tokenizer,tokenizer_config,special_tokens_map}.json "$OUT/"
 stage eval $PY recipes/eval_wedlm_tiny.py --model "$OUT" --out "$RUN/eval" \
