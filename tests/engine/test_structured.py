@@ -294,3 +294,33 @@ def test_a_grammar_that_accepts_nothing_is_refused_before_queueing(shipped):
         shipped.generate([chat(shipped, "What is 4 + 5?")], p)
     assert err.value.param == "structured.regex" and "accepts no answer" in str(err.value)
     assert shipped.engine.metrics() == before and not shipped.engine.seqs
+
+
+def _pair_spelt_only_by_its_letters(tokenizer) -> tuple[str, str]:
+    """Two different lowercase letters c1, c2, single tokens, while no token starts with c1 + c2: the
+    text c1 + c2 is spelt only as c1 then c2."""
+    vocab = tokenizer.get_vocab()
+    letters = [c for c in "abcdefghijklmnopqrstuvwxyz" if c in vocab]
+    for c1 in letters:
+        for c2 in letters:
+            if c1 != c2 and not any(t.startswith(c1 + c2) for t in vocab):
+                return c1, c2
+    raise AssertionError("every pair of letters starts a token")
+
+
+@pytest.mark.parametrize("decoding", DECODERS)
+def test_a_grammar_stuck_part_way_fails_its_request_alone(shipped, decoding):
+    """Regex c1c2 with c2 a stop id: c1 is allowed (so the request is queued), after it only c2
+    spells the rest and a stop token never spells grammar text, so the grammar allows nothing.
+    That request fails with a message saying so; the unconstrained one beside it is unchanged
+    and no KV block stays in use."""
+    c1, c2 = _pair_spelt_only_by_its_letters(shipped.tokenizer)
+    stuck = SamplingParams(temperature=0, max_tokens=8, decoding=decoding, structured={"regex": c1 + c2},
+                           stop_token_ids=[shipped.tokenizer.convert_tokens_to_ids(c2)])
+    plain = SamplingParams(temperature=0, max_tokens=8, decoding=decoding)
+    prompt = chat(shipped, "What is 4 + 5?")
+    alone = shipped.generate([prompt], plain)[0]
+    out = shipped.generate([prompt, prompt], [stuck, plain])
+    assert out[0]["finish_reason"] == "abort" and "allows no token" in out[0]["error"], out[0]
+    assert out[1]["token_ids"] == alone["token_ids"] and out[1]["finish_reason"] == alone["finish_reason"]
+    assert shipped.engine.block_manager.num_free == shipped.engine.block_manager.num_blocks

@@ -238,6 +238,19 @@ class GrammarState:
         self.matcher.fill_next_token_bitmask(self.bitmask)
         return not bool(self.bitmask.any())
 
+    def check_spellable(self) -> None:
+        """After a `fill_next_token_bitmask`: raise when the bitmask allows no token, so a request
+        whose grammar cannot go on (the text it needs spelt only by a stop token, which never
+        spells grammar text) fails with this message instead of a sampler's error on a row with
+        no mass.
+
+        Raises:
+            ValueError: no token allowed.
+        """
+        if not bool(self.bitmask.any()):
+            raise ValueError("the structured-output grammar allows no token this tokenizer can spell after "
+                             "the answer so far (a stop token never spells grammar text)")
+
     def advance(self, tokens: list[int]) -> None:
         """Accept committed tokens.
 
@@ -288,6 +301,8 @@ class GrammarState:
         if not ended:
             self.matcher.fill_next_token_bitmask(self.bitmask)
         self._undo(accepted)
+        if not ended:
+            self.check_spellable()
         if ended:
             return None
         import torch  # here, not at the top: SamplingParams imports this module and stays torch-free
@@ -361,6 +376,7 @@ class Lookahead:
 
         state = self.state
         state.matcher.fill_next_token_bitmask(state.bitmask, 0)
+        state.check_spellable()
         row = logits.detach().to(dtype=torch.float32, copy=True)[None]
         bits = state.bitmask.to(row.device, non_blocking=True)
         backend = "cpu" if row.device.type == "cpu" else "torch_native"
