@@ -54,7 +54,7 @@ def _custom_op():
     from wedlm.engine import fast_model
 
     def kernel(x, weight, bias, packed_key):
-        return fast_model._linear_rows(x, weight, bias, packed_key, pad=False)
+        return fast_model._linear_rows(x, weight, bias, fast_model._packed(packed_key), pad=False)
 
     op = torch.library.custom_op("wedlm_bench::onednn_linear", kernel, mutates_args=(),
                                  schema="(Tensor x, Tensor weight, Tensor? bias, int packed_key) -> Tensor")

@@ -124,18 +124,22 @@ def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
             return F.linear(x, weight, bias)
         # an opaque call: inductor's own lowering of the op asserts on unpacked, dynamic weights
         return _onednn_linear_op(x, weight, bias, packed_key)
-    return _linear_rows(x, weight, bias, packed_key, pad=True)
+    return _linear_rows(x, weight, bias, _packed(packed_key), pad=True)
 
 
-def _linear_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, packed_key: int,
+def _packed_pays(rows: int, weight: torch.Tensor) -> bool:
+    """The rule for a prepacked weight: at least 2 rows and PACKED_MIN_MACS multiply-adds."""
+    return rows >= 2 and rows * weight.numel() >= PACKED_MIN_MACS
+
+
+def _linear_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, packed: torch.Tensor | None,
                  pad: bool) -> torch.Tensor:
     features = x.shape[-1]
     rows = x.numel() // features
-    packed = _packed(packed_key)
     if packed is None:
         if rows < ONEDNN_MIN_ROWS:
             return F.linear(x, weight, bias)
-    elif rows < 2 or rows * weight.numel() < PACKED_MIN_MACS:
+    elif not _packed_pays(rows, weight):
         return F.linear(x, weight, bias)
     # Zero rows pad the input to a shape bucket: oneDNN keeps a primitive (and scratch memory)
     # per input shape, and with every row count of a running engine its resident memory grew
@@ -155,9 +159,9 @@ def _onednn_linear_cpu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
                        packed_key: int) -> torch.Tensor:
     packed = _packed(packed_key)
     # the compiled graph's common case first, with no reshapes or slices (each a dispatched op)
-    if packed is not None and x.dim() == 2 and x.shape[0] >= 2 and x.shape[0] * weight.numel() >= PACKED_MIN_MACS:
+    if packed is not None and x.dim() == 2 and _packed_pays(x.shape[0], weight):
         return _LINEAR_POINTWISE(x, packed, bias, "none", [], "")
-    return _linear_rows(x, weight, bias, packed_key, pad=False)
+    return _linear_rows(x, weight, bias, packed, pad=False)
 
 
 def _onednn_linear_fake(x, weight, bias, packed_key):

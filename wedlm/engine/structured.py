@@ -301,10 +301,9 @@ class GrammarState:
         if not ended:
             self.matcher.fill_next_token_bitmask(self.bitmask)
         self._undo(accepted)
-        if not ended:
-            self.check_spellable()
         if ended:
             return None
+        self.check_spellable()
         import torch  # here, not at the top: SamplingParams imports this module and stays torch-free
 
         bits = self.bitmask[0]
