@@ -190,7 +190,7 @@ def test_unconstrained_requests_never_reach_the_grammar(shipped, decoding, monke
             return fn(seq, *args, **kwargs)
         return run
 
-    for module, name in ((streaming, "fill_in_order"), (ar, "mask_leftmost"), (verified, "verify_rows"),
+    for module, name in ((streaming, "fill_in_order"), (ar, "mask_first_row"), (verified, "verify_rows"),
                          (verified, "with_forced")):
         monkeypatch.setattr(module, name, spy(getattr(module, name)))
     constrained = SamplingParams(temperature=0, max_tokens=48, decoding=decoding,

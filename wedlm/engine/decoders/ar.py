@@ -11,7 +11,7 @@ import torch
 from ..request import Sequence
 from ..sampling import choose
 from .base import Decoder, StepResult, WindowPlan
-from .constrain import mask_leftmost
+from .constrain import mask_first_row
 
 
 class ARDecoder(Decoder):
@@ -28,6 +28,6 @@ class ARDecoder(Decoder):
     def update(self, seq: Sequence, plan: WindowPlan, logits: torch.Tensor,
                argmax: list[int], scores=None) -> StepResult:
         if seq.grammar is not None:  # structured outputs: the grammar's mask on the one new position
-            return StepResult(choose(mask_leftmost(seq, [0], logits[:1]), seq.params, seq.generator)[0], 0)
+            return StepResult(choose(mask_first_row(seq, logits[:1]), seq.params, seq.generator)[0], 0)
         tokens, _ = choose(logits[:1], seq.params, seq.generator, argmax[:1])
         return StepResult(tokens, 0)

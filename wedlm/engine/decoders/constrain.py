@@ -29,12 +29,11 @@ from ..structured import Lookahead
 from .fill import below_tau, draw, fill_scores
 
 
-def mask_leftmost(seq: Sequence, slots: list[int], logits: torch.Tensor) -> torch.Tensor:
-    """A copy of logits [n, V] (row 0 = the leftmost mask, window slot `slots[0]`) with row 0
-    masked to the tokens the grammar allows after the committed output and window[:slots[0]]."""
-    run = seq.window[:slots[0]]
+def mask_first_row(seq: Sequence, logits: torch.Tensor) -> torch.Tensor:
+    """A copy of logits [n, V] with row 0 (the next token after the committed output: `ar`'s
+    only row) masked to the tokens the grammar allows there."""
     out = logits.clone()
-    out[0] = seq.grammar.mask_logits(logits[0], run)
+    out[0] = seq.grammar.mask_logits(logits[0], [])
     return out
 
 
