@@ -260,7 +260,9 @@ def test_the_small_start_trial_continues_the_shipped_weights_and_leaves_them_alo
         ("hundreds", "configs/tiny_wedlm_hundreds.yaml", "runs/wedlm-tiny-from-one/from-one/final",
          "data/widen/hundreds-mix.jsonl"),
         ("hundreds2", "configs/tiny_wedlm_hundreds.yaml", "runs/wedlm-tiny-from-one/hundreds/final",
-         "data/widen/hundreds2-mix.jsonl")]
+         "data/widen/hundreds2-mix.jsonl"),
+        ("replay", "configs/tiny_wedlm_hundreds.yaml", "runs/wedlm-tiny-from-one/hundreds2/final",
+         "data/widen/replay-mix.jsonl")]
     assert [step[-1] for step in plan if step[0] == "export"] == ["runs/wedlm-tiny-from-one/export"]
 
 
