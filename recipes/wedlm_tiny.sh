@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The shipped tiny WeDLM (models/wedlm-tiny) from an empty runs/ folder: data -> AR -> WeDLM stages
-# -> export -> decoding defaults -> evaluation -> model card. About 16 hours on a quiet 2-core CPU;
+# -> export -> decoding defaults -> evaluation -> model card. About 20 hours on a quiet 2-core CPU;
 # the stages table of docs/training.md lists each stage's config, data and minutes.
 #
 #   mkdir -p runs/wedlm-tiny && nohup bash recipes/wedlm_tiny.sh > runs/wedlm-tiny/recipe.log 2>&1 &
@@ -105,8 +105,31 @@ mix data/widen/v33mix.jsonl '{"seed": 33, "distractor": {"30": 12000}, "distract
   "simple_forms": {"6": 10000}, "replay": {"count": 8000, "addsub": 12000, "listops": 10000}}'
 train configs/tiny_wedlm_offset.yaml
 
+# -- reading the end of "Count from A to N." from small starts (A = 1 in 60%, N up to 320) with the
+#    demo range 1..200 at its natural rate (`replay_demo: 0`); then ranges ending in 100..320, where
+#    only N's hundreds digit decides the stop (twice, on fresh draws); then every task replayed at a
+#    low learning rate
+mix data/widen/from-one-mix.jsonl '{"seed": 34, "from_small": {"320": 14000}, "distractor": {"30": 6000},
+  "distractor2": {"50": 6000}, "carry": {"20": 6000}, "simple_forms": {"6": 6000},
+  "replay": {"count": 5000, "addsub": 12000, "listops": 10000}, "replay_demo": 0.0}'
+train configs/tiny_wedlm_from_one.yaml
+mix data/widen/hundreds-mix.jsonl '{"seed": 35, "from_small": {"100-320": 12000, "320": 4000}, "distractor2": {"50": 4000},
+  "carry": {"20": 4000}, "simple_forms": {"6": 4000}, "replay": {"count": 4000, "addsub": 10000, "listops": 8000},
+  "replay_demo": 0.0}'
+train configs/tiny_wedlm_hundreds.yaml
+mix data/widen/hundreds2-mix.jsonl '{"seed": 36, "from_small": {"100-320": 12000, "320": 4000}, "distractor2": {"50": 4000},
+  "carry": {"20": 4000}, "simple_forms": {"6": 4000}, "replay": {"count": 4000, "addsub": 10000, "listops": 8000},
+  "replay_demo": 0.0}'
+train configs/tiny_wedlm_hundreds.yaml init=$RUN/hundreds/final out_dir=$RUN/hundreds2 \
+  data=data/widen/hundreds2-mix.jsonl num_threads=2 max_minutes=52 lr=1.5e-4
+mix data/widen/replay-mix.jsonl '{"seed": 37, "from_small": {"100-320": 5000, "320": 3000}, "distractor": {"30": 10000},
+  "distractor2": {"50": 6000}, "carry": {"20": 6000}, "simple_forms": {"6": 8000},
+  "replay": {"count": 10000, "addsub": 10000, "listops": 10000}, "replay_demo": 0.0}'
+train configs/tiny_wedlm_hundreds.yaml init=$RUN/hundreds2/final out_dir=$RUN/replay seed=43 \
+  data=data/widen/replay-mix.jsonl max_minutes=70 lr=1.0e-4
+
 # -- export, decoding defaults tuned on the validation split, evaluation on the test split, card
-export_model "$RUN/wedlm-offset/final" "$OUT"
+export_model "$RUN/replay/final" "$OUT"
 stage tune $PY recipes/tune_decoding.py --model "$OUT" --out "$RUN/tune.json" --write \
   --n count=400,addsub=100,listops=150 --windows 16 --stop-by-ar 1 \
   --pairs 0.15:0.02,0.15:0.015,0.1:0.01,0.15:0.01,0.2:0.015,0.25:0.02

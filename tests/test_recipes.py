@@ -242,28 +242,20 @@ def test_the_shipped_recipe_chains_every_stage_from_data_to_card():
     plan = recipe_plan("wedlm_tiny.sh")
     rows = chain(plan)
     names = [row[0] for row in rows]
-    assert names[:3] == ["ar", "wedlm", "wedlm-cont"] and names[-2:] == ["wedlm-deep14", "wedlm-offset"]
-    assert len(names) == len(set(names)) == 23  # every stage writes its own folder
+    assert names[:3] == ["ar", "wedlm", "wedlm-cont"]
+    assert len(names) == len(set(names)) == 27  # every stage writes its own folder
     assert rows[0][2] == "random weights" and rows[1][2] == "runs/wedlm-tiny/ar-wedlm"
-    assert rows[-1] == ("wedlm-offset", "configs/tiny_wedlm_offset.yaml", "runs/wedlm-tiny/wedlm-deep14/final",
-                        "data/widen/v33mix.jsonl")
+    assert rows[-5:] == [
+        ("wedlm-offset", "configs/tiny_wedlm_offset.yaml", "runs/wedlm-tiny/wedlm-deep14/final", "data/widen/v33mix.jsonl"),
+        ("from-one", "configs/tiny_wedlm_from_one.yaml", "runs/wedlm-tiny/wedlm-offset/final",
+         "data/widen/from-one-mix.jsonl"),
+        ("hundreds", "configs/tiny_wedlm_hundreds.yaml", "runs/wedlm-tiny/from-one/final", "data/widen/hundreds-mix.jsonl"),
+        ("hundreds2", "configs/tiny_wedlm_hundreds.yaml", "runs/wedlm-tiny/hundreds/final",
+         "data/widen/hundreds2-mix.jsonl"),
+        ("replay", "configs/tiny_wedlm_hundreds.yaml", "runs/wedlm-tiny/hundreds2/final", "data/widen/replay-mix.jsonl")]
     steps = [step[0] for step in plan]
     assert steps[-4:] == ["export", "tune", "eval", "card"]
-    assert plan[-4][1:] == ["python", "-m", "wedlm.train.export", "runs/wedlm-tiny/wedlm-offset/final",
-                            "models/wedlm-tiny"]
-
-
-def test_the_small_start_trial_continues_the_shipped_weights_and_leaves_them_alone():
-    plan = recipe_plan("wedlm_tiny_from_one.sh")
-    assert chain(plan, start="models/wedlm-tiny") == [
-        ("from-one", "configs/tiny_wedlm_from_one.yaml", "models/wedlm-tiny", "data/widen/from-one-mix.jsonl"),
-        ("hundreds", "configs/tiny_wedlm_hundreds.yaml", "runs/wedlm-tiny-from-one/from-one/final",
-         "data/widen/hundreds-mix.jsonl"),
-        ("hundreds2", "configs/tiny_wedlm_hundreds.yaml", "runs/wedlm-tiny-from-one/hundreds/final",
-         "data/widen/hundreds2-mix.jsonl"),
-        ("replay", "configs/tiny_wedlm_hundreds.yaml", "runs/wedlm-tiny-from-one/hundreds2/final",
-         "data/widen/replay-mix.jsonl")]
-    assert [step[-1] for step in plan if step[0] == "export"] == ["runs/wedlm-tiny-from-one/export"]
+    assert plan[-4][1:] == ["python", "-m", "wedlm.train.export", "runs/wedlm-tiny/replay/final", "models/wedlm-tiny"]
 
 
 @pytest.mark.parametrize("variant, configs", [("1", ["configs/scratch_ar.yaml", "configs/scratch_wedlm.yaml"]),
@@ -282,7 +274,6 @@ def test_every_config_is_used_by_a_recipe_or_a_recipe_helper():
     used = {row[1] for row in chain(recipe_plan("wedlm_tiny.sh"))}
     for variant in ("1", "2"):
         used |= {row[1] for row in chain(recipe_plan("wedlm_tiny_scratch.sh", SCRATCH=variant))}
-    used |= {row[1] for row in chain(recipe_plan("wedlm_tiny_from_one.sh"), start="models/wedlm-tiny")}
     quickstart = (root / "recipes" / "quickstart_train.sh").read_text()
     used |= set(re.findall(r"configs/[\w.-]+\.yaml", quickstart))
     assert sorted(str(p.relative_to(root)) for p in (root / "configs").glob("*.yaml")) == sorted(used)
