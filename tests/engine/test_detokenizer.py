@@ -1,8 +1,11 @@
 """Incremental detokenisation: UTF-8 safe increments, stop strings across tokens, holdback."""
 
+from pathlib import Path
+
 from wedlm.engine.detokenizer import IncrementalDetokenizer
 from wedlm.testing import byte_tokenizer
 
+SHIPPED = Path(__file__).resolve().parents[2] / "models" / "wedlm-tiny"
 TOK = byte_tokenizer(260)
 TEXT = "héllo wörld € ok"
 
@@ -47,8 +50,6 @@ def test_backend_decode_gives_the_wrapper_text():
     """The shipped tokenizer streams through the `tokenizers` backend's decode (`text_decoder`);
     every piece, stop strings and UTF-8 holdback included, is what `tokenizer.decode` gives."""
     import random
-
-    from conftest import SHIPPED
 
     from wedlm.engine.detokenizer import text_decoder
     from wedlm.tokenizer import load_tokenizer
