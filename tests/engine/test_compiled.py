@@ -148,7 +148,10 @@ def test_settings_apply_to_the_engines_compiles_alone(tiny_path):
     from wedlm.engine.compiled import CompiledForward
 
     seen = []
-    settings = (lambda: (fx_config.use_duck_shape, torch._dynamo.config.specialize_float))
+
+    def settings():
+        return fx_config.use_duck_shape, torch._dynamo.config.specialize_float
+
     graph_calls = []
     original = CompiledForward.__call__
 
