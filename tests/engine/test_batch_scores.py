@@ -35,3 +35,21 @@ def test_in_place_entropy_equals_the_formula():
         p = torch.softmax(6 * torch.randn(n, 4096, generator=g), -1)
         p[:, 3] = 0  # a banned column: 0 * log(1e-30) = 0
         assert torch.equal(entropy(p), -(p * p.clamp_min(1e-30).log()).sum(dim=-1))
+
+
+def test_batch_argmax_draws_equal_per_window_draws():
+    """Greedy draws from the batch-wide argmax (`fill.draw_rows` with scores) are the ids that
+    `fill.draw` gives on the window's own probs rows, ties included (the first index wins)."""
+    from wedlm.engine.decoders.fill import draw, draw_rows
+
+    logits = 4 * torch.randn(9, 300, generator=torch.Generator().manual_seed(1))
+    logits[:, 7] = float("-inf")
+    logits[3, 20] = logits[3, 40] = logits[3].max() + 1  # a tie: both rows keep the first
+    batch = SoftmaxRows(logits)
+    greedy = SamplingParams(temperature=0.0, wedlm_pos_penalty_factor=0.1)
+    for start, stop, rows in ((0, 1, [0]), (2, 7, [0, 1, 3]), (2, 7, [4]), (7, 9, [])):
+        scores = RowScores(batch, start, stop)
+        probs, _ = fill_scores(logits[start:stop], greedy, range(stop - start), scores)
+        assert draw_rows(probs, rows, greedy, None, scores) == draw(probs[rows], greedy, None)
+    assert batch.argmax(3, 4) == [20]
+    assert batch.argmax(0, 9) == torch.softmax(logits, -1).argmax(-1).tolist()

@@ -137,6 +137,47 @@ def test_plain_weights_are_static_and_settings_are_restored(compiled_llm):
     assert (fx_config.use_duck_shape, torch._dynamo.config.specialize_float) == before
 
 
+def test_settings_apply_to_the_engines_compiles_alone(tiny_path):
+    """`_CompileSettings` are set by dynamo's compile callbacks while an engine's forward compiles,
+    never while another function compiles nor while a compiled graph runs."""
+    import torch
+    from torch._dynamo.callback import callback_handler
+    from torch.fx.experimental import _config as fx_config
+
+    from wedlm import LLM, SamplingParams
+    from wedlm.engine.compiled import CompiledForward
+
+    seen = []
+
+    def settings():
+        return fx_config.use_duck_shape, torch._dynamo.config.specialize_float
+
+    graph_calls = []
+    original = CompiledForward.__call__
+
+    def call(self, *args):
+        graph_calls.append(settings())
+        return original(self, *args)
+
+    default = settings()
+    torch._dynamo.reset()  # clears every compile callback
+    # an end callback registered before the engine's: it runs before the engine's restores the settings
+    callback_handler.register_end_callback(lambda _: seen.append(settings()))
+    try:
+        torch.compile(lambda x: x * 2 + 1, dynamic=True)(torch.ones(3))  # not the engine's: torch's own
+        assert seen == [default]
+        llm = LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=4, device="cpu", enforce_eager=False)
+        CompiledForward.__call__ = call
+        params = SamplingParams(temperature=0.0, max_tokens=4, decoding="ar", ignore_eos=True)
+        llm.generate([[7, 1, 4]], params)
+        assert seen[1:] == [(False, True)] * llm.engine.runner.compiled.graphs  # every engine compile
+        assert llm.engine.runner.compiled.graphs == 2  # the prompt's step and the one-token steps
+        assert graph_calls == [default] * 4 and settings() == default  # set only inside the compiles
+    finally:
+        CompiledForward.__call__ = original
+        torch._dynamo.reset()
+
+
 def test_each_engine_compiles_its_own_copy():
     """Guards on the model's modules are dropped, so no two engines may share a code object
     (and with it dynamo's cache of graphs): each CompiledForward compiles its own copy."""

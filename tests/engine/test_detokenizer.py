@@ -1,8 +1,11 @@
 """Incremental detokenisation: UTF-8 safe increments, stop strings across tokens, holdback."""
 
+from pathlib import Path
+
 from wedlm.engine.detokenizer import IncrementalDetokenizer
 from wedlm.testing import byte_tokenizer
 
+SHIPPED = Path(__file__).resolve().parents[2] / "models" / "wedlm-tiny"
 TOK = byte_tokenizer(260)
 TEXT = "héllo wörld € ok"
 
@@ -41,3 +44,26 @@ def test_held_back_prefix_is_released_when_it_does_not_match():
     pieces = feed(detok, ids)
     assert pieces == ["", "ab", " ", "", "ac", ""]
     assert not detok.stopped
+
+
+def test_backend_decode_gives_the_wrapper_text():
+    """The shipped tokenizer streams through the `tokenizers` backend's decode (`text_decoder`);
+    every piece, stop strings and UTF-8 holdback included, is what `tokenizer.decode` gives."""
+    import random
+
+    from wedlm.engine.detokenizer import text_decoder
+    from wedlm.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(SHIPPED)
+    assert text_decoder(tok) is not tok.decode  # the fast path is taken
+
+    class Wrapper:  # the same tokenizer seen only through its public decode
+        decode = staticmethod(tok.decode)
+
+    rng = random.Random(0)
+    texts = ["12 + 35 = 47", "count: 1, 2, 3, 4", "sort [9, 3, 5] -> [3, 5, 9]"]
+    sequences = [tok.encode(t, add_special_tokens=False) for t in texts]
+    sequences += [[rng.randrange(len(tok)) for _ in range(40)] for _ in range(20)]
+    for ids in sequences:
+        for stops in ([], [", 3", "zz"]):
+            assert feed(IncrementalDetokenizer(tok, stops), ids) == feed(IncrementalDetokenizer(Wrapper(), stops), ids)

@@ -50,13 +50,15 @@ def run(model, cache, seqs, ids, pos, pad=None):
 
 # (sequences, positions of their fed tokens, padded sizes): a mixed batch; one sequence with
 # one query (a batch-1 AR step: one token, keys padded to the bucket); the same with its tokens
-# padded to 2 (a padded token beside one real query); three one-query sequences padded to four
-# (a batched AR step).
+# padded to 2 (a padded token beside one real query); one sequence of three queries padded to
+# four tokens and four queries (a batch-1 window step: no gathers, a padded query row); three
+# one-query sequences padded to four (a batched AR step).
 PADDING_CASES = {
     "mixed": ([SequenceSlice([3, 1, 6], 5, 4), SequenceSlice([0, 2], 0, 7)], [5, 6, 7, 8] + list(range(7)),
               Padding(tokens=16, batch=4, queries=8, keys=64, pad_slot=8 * BS)),
     "batch1_one_query": ([SequenceSlice([3, 1, 6], 5, 1)], [5], Padding(1, 1, 1, 64, 8 * BS)),
     "batch1_one_query_two_tokens": ([SequenceSlice([3, 1, 6], 5, 1)], [5], Padding(2, 1, 1, 64, 8 * BS)),
+    "batch1_padded_queries": ([SequenceSlice([3, 1, 6], 5, 3)], [5, 6, 7], Padding(4, 1, 4, 64, 8 * BS)),
     "batch3_one_query": ([SequenceSlice([3, 1], 5, 1), SequenceSlice([0], 2, 1), SequenceSlice([6, 7], 7, 1)],
                          [5, 2, 7], Padding(4, 4, 1, 64, 8 * BS)),
 }
@@ -98,3 +100,19 @@ def test_padded_batch1_one_query_metadata():
     assert meta.kv_slots[0, :6].tolist() == [12, 13, 14, 15, 4, 5]
     assert meta.mask.shape == (1, 1, 1, 64)
     assert meta.mask[0, 0, 0].tolist() == [True] * 6 + [False] * 58
+
+
+def test_padded_batch1_tokens_as_queries_metadata():
+    """One sequence padded to as many tokens as queries (every batch-1 engine step): no gathers
+    (the flat tokens are the queries, the padded one a padded query row that sees every key)."""
+    cache = KVCache(1, 9, BS, 1, 2, torch.float32, "cpu")
+    meta = PagedAttention.build(cache, [SequenceSlice([3, 1, 6], 5, 3)], pad=Padding(4, 1, 4, 64, 8 * BS))
+    assert meta.q_index is None and meta.t_index is None
+    assert meta.slot_mapping.tolist() == [1 * BS + 1, 1 * BS + 2, 1 * BS + 3, 8 * BS]
+    assert meta.kv_slots[0, :8].tolist() == [12, 13, 14, 15, 4, 5, 6, 7] and meta.kv_slots[0, 8:].eq(8 * BS).all()
+    assert meta.mask[0, 0, :, :9].tolist() == [[True] * 6 + [False] * 3, [True] * 7 + [False] * 2,
+                                               [True] * 8 + [False], [True] * 9]
+    assert meta.mask[0, 0, 3].all()  # the padded query row
+    one = PagedAttention.build(cache, [SequenceSlice([3, 1, 6], 5, 1)], pad=Padding(1, 1, 1, 64, 8 * BS))
+    assert one.q_index is None and one.t_index is None
+    assert one.slot_mapping.tolist() == [1 * BS + 1] and one.mask[0, 0, 0].tolist() == [True] * 6 + [False] * 58

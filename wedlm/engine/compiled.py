@@ -20,11 +20,13 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import threading
 import time
 import types
 from pathlib import Path
 
 import torch
+from torch._dynamo.callback import CallbackArgs, CallbackTrigger, callback_handler, on_compile_end, on_compile_start
 from torch.fx.experimental import _config as fx_config
 
 from ..model import PagedAttention, QwenForCausalLM
@@ -134,26 +136,61 @@ class CompiledForward:
     def __call__(self, model, input_ids, positions, attn, logit_rows, mask_token_id, autocast):
         graphed = self._graphed is not None and input_ids.shape[0] <= CUDA_GRAPH_MAX_TOKENS
         fn = self._graphed if graphed else self._compiled
-        before = _unique_graphs()
-        start = time.perf_counter()
-        with _CompileSettings():
+        self._graph_kind = "CUDA graph" if graphed else "inductor"
+        self._tokens = input_ids.shape[0]
+        if _compile_started not in callback_handler.start_callbacks:  # `torch._dynamo.reset()` drops them
+            on_compile_start(_compile_started)
+            on_compile_end(_compile_ended)
+        _CALLING.forward = self  # a compile this call starts gets the engine's settings (`_compile_started`)
+        try:
             logits, argmax = fn(model, input_ids, positions, attn, logit_rows, mask_token_id, autocast)
+        finally:
+            _CALLING.forward = None
         if graphed:  # a CUDA graph's outputs are overwritten by its next replay
             logits, argmax = logits.clone(), argmax.clone()
-        new = _unique_graphs() - before
-        if new:
-            elapsed = time.perf_counter() - start
-            self.graphs += new
-            self.compile_s += elapsed
-            log.info("compiled forward: graph %d for %d tokens (%s) in %.1f s (total %.1f s)", self.graphs,
-                     input_ids.shape[0], "CUDA graph" if graphed else "inductor", elapsed, self.compile_s)
         return logits, argmax
+
+    def _compile_began(self) -> None:
+        self._settings = _CompileSettings()
+        self._settings.__enter__()
+        self._compile_start = time.perf_counter()
+
+    def _compile_done(self) -> None:
+        self._settings.__exit__()
+        elapsed = time.perf_counter() - self._compile_start
+        self.graphs += 1
+        self.compile_s += elapsed
+        log.info("compiled forward: graph %d for %d tokens (%s) in %.1f s (total %.1f s)", self.graphs,
+                 self._tokens, self._graph_kind, elapsed, self.compile_s)
+
+
+# The CompiledForward whose call runs in this thread, if any: dynamo's compile callbacks are
+# process-wide, and only a compile of an engine's forward gets `_CompileSettings`.
+_CALLING = threading.local()
+
+
+def _compile_started(args: CallbackArgs) -> None:
+    forward = getattr(_CALLING, "forward", None)
+    if forward is not None and args.callback_trigger is CallbackTrigger.DYNAMO:
+        forward._compile_began()
+
+
+def _compile_ended(args: CallbackArgs) -> None:
+    forward = getattr(_CALLING, "forward", None)
+    if forward is not None and args.callback_trigger is CallbackTrigger.DYNAMO:
+        forward._compile_done()
+
+
+# Registered by the first call (again after `torch._dynamo.reset()`, which clears them). Dynamo
+# runs them around each compile (tracing, graph, kernels), never around a call that its guards
+# send to a compiled graph: the settings then cost nothing per step (set and restored around
+# every call they took ~9 us warm, several times that in a step's cold caches).
 
 
 class _CompileSettings:
-    """Process-wide compiler settings, set only while the engine's compiled forward runs and
-    restored after (set directly: `config.patch` cost 14 us a call for one setting, 58 for two,
-    more than the guard check it saves):
+    """Process-wide compiler settings, set only while dynamo compiles an engine's forward and
+    restored after (`_compile_started`; set directly: `config.patch` cost 14 us a call for one
+    setting, 58 for two):
 
     * no "duck sizing": two sizes that happen to be equal in one step must not be assumed equal;
     * float constants of the model (norm eps, attention scale) specialised as constants: else
@@ -179,9 +216,3 @@ def _own_copy(fn: types.FunctionType) -> types.FunctionType:
     `torch.compile` keeps its graphs and guards per code object."""
     code = fn.__code__.replace(co_name=f"{fn.__name__}_{next(_COPIES)}")
     return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
-
-
-def _unique_graphs() -> int:
-    from torch._dynamo.utils import counters
-
-    return int(counters["stats"]["unique_graphs"])

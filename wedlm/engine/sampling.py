@@ -108,6 +108,7 @@ class SoftmaxRows:
         self.logits = logits
         self._probs: torch.Tensor | None = None
         self._entropy: torch.Tensor | None = None
+        self._argmax: list[int] | None = None
 
     def rows(self, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(float32 probs [stop - start, V], float32 entropy [stop - start]) of rows start..stop-1."""
@@ -115,6 +116,13 @@ class SoftmaxRows:
             self._probs = torch.softmax(self.logits.float(), dim=-1)
             self._entropy = entropy(self._probs)
         return self._probs[start:stop], self._entropy[start:stop]
+
+    def argmax(self, start: int, stop: int) -> list[int]:
+        """The argmax ids of the probs rows start..stop-1 (the greedy draws), computed for every
+        row at once on first use: one op and one host copy per step, not three per window."""
+        if self._argmax is None:
+            self._argmax = self.rows(0, self.logits.shape[0])[0].argmax(-1).tolist()
+        return self._argmax[start:stop]
 
 
 @dataclass(frozen=True)
@@ -132,3 +140,7 @@ class RowScores:
     def get(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(probs [n, V], entropy [n]) of plain softmax: the greedy distribution of these rows."""
         return self.batch.rows(self.start, self.stop)
+
+    def argmax(self) -> list[int]:
+        """The argmax id of each of these rows' probs (`get`): their greedy draws."""
+        return self.batch.argmax(self.start, self.stop)

@@ -19,6 +19,7 @@ and CUDA. A faster backend can subclass the metadata and override `attend`.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -116,10 +117,10 @@ class Padding:
     """Padded sizes of a paged forward (fixed shapes for compiled code and CUDA graphs).
 
     Padded tokens write their K/V into `pad_slot` (a scratch cache row no sequence owns)
-    and are no sequence's query; padded batch rows, query columns and key columns are
-    hidden by the mask. Real rows' outputs are unchanged. A padded build always carries
-    `q_index`, `t_index` and `mask` (one compiled graph for every batch size above 1;
-    batch 1 and one query per sequence are each specialised by torch.compile).
+    and are no real query (their outputs are dropped); padded batch rows, query columns
+    and key columns are hidden by the mask. Real rows' outputs are unchanged. A padded
+    build always carries `mask`; `q_index` and `t_index` too, unless the batch is one
+    sequence with as many padded tokens as padded queries, whose gathers would be identities.
 
     Attributes:
         tokens: >= the real number of tokens.
@@ -146,7 +147,7 @@ class PagedAttention:
         kv_slots: int64 [batch, max_kv], slots read per sequence (padding: slot 0 or the pad slot).
         q_index: int64 [batch, max_q], index of each (sequence, query) in the
             flat token axis (padded with 0); None when the flat tokens are the one
-            sequence's queries in order (batch 1, num_tokens == max_q).
+            sequence's queries in order (batch 1, as many tokens as queries, padded ones included).
         t_index: int64 [num_tokens], row of each flat token in the flattened
             [batch * max_q] attention output; None exactly when q_index is None.
         mask: bool [batch, 1, max_q, max_kv] visibility; None when every query
@@ -166,6 +167,10 @@ class PagedAttention:
         """Slot mapping, gather indices and causal-on-cache mask for a batch, vectorised
         over all tokens (numpy on the host, one copy per tensor to `device`).
 
+        Every decode step builds this after a forward has swept the caches, so each numpy call
+        runs cold (several microseconds): the build keeps them few, a handful per step plus
+        two small ones per sequence.
+
         Args:
             pad: padded sizes (`Padding`); None = the exact sizes.
 
@@ -174,46 +179,34 @@ class PagedAttention:
                 sequence with query_len < 1, or padded sizes below the real ones.
         """
         bs = kv_cache.block_size
-        device = device or kv_cache.k[0].device
-        ctx = np.fromiter((s.context_len for s in seqs), np.int64, len(seqs))
-        qlen = np.fromiter((s.query_len for s in seqs), np.int64, len(seqs))
-        total = ctx + qlen
-        for s, n in zip(seqs, total.tolist()):
+        device = kv_cache.k[0].device if device is None else torch.device(device)
+        ctx = [s.context_len for s in seqs]
+        qlen = [s.query_len for s in seqs]
+        total = [c + q for c, q in zip(ctx, qlen)]
+        for s, n in zip(seqs, total):
             if s.query_len < 1:
                 raise ValueError(f"query_len must be >= 1, got {s.query_len}")
             if len(s.block_table) * bs < n:
                 raise ValueError(f"block_table of {len(s.block_table)} blocks x {bs} covers fewer than "
                                  f"context_len + query_len = {n} positions")
-        batch, num_tokens, max_q, max_kv = len(seqs), int(qlen.sum()), int(qlen.max()), int(total.max())
+        batch, num_tokens, max_q, max_kv = len(seqs), sum(qlen), max(qlen), max(total)
         if pad is None:
             pad = Padding(num_tokens, batch, max_q, max_kv, None)
         elif pad.tokens < num_tokens or pad.batch < batch or pad.queries < max_q or pad.keys < max_kv:
             raise ValueError(f"padding {pad} is below the real sizes: tokens {num_tokens}, batch {batch}, "
                              f"queries {max_q}, keys {max_kv}")
-        padded = pad.pad_slot is not None
-        ctx_p, qlen_p, starts_p = (np.zeros(pad.batch, np.int64) for _ in range(3))
+        fill = 0 if pad.pad_slot is None else pad.pad_slot
+        kv_slots = _kv_slots(seqs, total, pad.batch, pad.keys, bs, fill)
+        slot_mapping = np.full(pad.tokens, fill, np.int64)
+        slot_mapping[:num_tokens] = np.concatenate([row[c:n] for row, c, n in zip(kv_slots, ctx, total)])
+        ctx_p, qlen_p = np.zeros((2, pad.batch), np.int64)
         ctx_p[:batch], qlen_p[:batch] = ctx, qlen
-        starts_p[:batch] = np.cumsum(qlen) - qlen
-        # kv_slots [B, K]: block_table[p // bs] * bs + p % bs for p < total, else the pad slot
-        n_blocks = -(-pad.keys // bs)
-        tables = np.zeros((pad.batch, n_blocks), np.int64)
-        for i, s in enumerate(seqs):
-            row = s.block_table[:n_blocks]
-            tables[i, :len(row)] = row
-        slots = (tables[:, :, None] * bs + np.arange(bs)).reshape(pad.batch, -1)[:, :pad.keys]
-        kv_slots = np.where(np.arange(pad.keys) < (ctx_p + qlen_p)[:, None], slots, pad.pad_slot if padded else 0)
-        # per flat token: its sequence and its offset among that sequence's queries
-        seq_of = np.repeat(np.arange(batch), qlen)  # [T]
-        offset = np.arange(num_tokens) - starts_p[seq_of]
-        slot_mapping = np.full(pad.tokens, pad.pad_slot if padded else 0, np.int64)
-        slot_mapping[:num_tokens] = kv_slots[seq_of, ctx[seq_of] + offset]
         q_index = t_index = mask = None
-        if padded or pad.batch > 1 or pad.tokens != pad.queries:
-            q_off = np.arange(pad.queries)
-            q_index = np.where(q_off < qlen_p[:, None], starts_p[:, None] + q_off, 0)  # [B, Q]
-            t_index = np.zeros(pad.tokens, np.int64)
-            t_index[:num_tokens] = seq_of * pad.queries + offset
-        if padded or pad.batch > 1 or pad.queries > 1:
+        # the flat tokens are the one sequence's queries in order (padded tokens included):
+        # no gathers; padded tokens are then padded queries, which the mask lets see every key
+        if pad.batch > 1 or pad.tokens != pad.queries:
+            q_index, t_index = _query_indices(qlen_p, num_tokens, pad.tokens, pad.queries)
+        if pad.pad_slot is not None or pad.batch > 1 or pad.queries > 1:
             mask = _causal_on_cache(ctx_p, qlen_p, pad.queries, pad.keys, device)
         return cls(kv_cache, _to(slot_mapping, device), _to(kv_slots, device), _to(q_index, device),
                    _to(t_index, device), mask)
@@ -249,16 +242,53 @@ def _rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return torch.index_select(table, 0, index.reshape(-1)).view(*index.shape, *table.shape[1:])
 
 
+def _kv_slots(seqs: list[SequenceSlice], total: list[int], batch: int, keys: int, block_size: int,
+              fill: int) -> np.ndarray:
+    """int64 [batch, keys]: `block_table[p // block_size] * block_size + p % block_size` for key p
+    of sequence b while p < total[b], else `fill` (padded keys and padded sequences)."""
+    n_blocks = -(-keys // block_size)
+    tables = np.zeros((batch, n_blocks), np.int64)
+    for i, s in enumerate(seqs):
+        row = s.block_table[:n_blocks]
+        tables[i, :len(row)] = row
+    slots = (tables[:, :, None] * block_size + _arange(block_size)).reshape(batch, -1)[:, :keys]
+    for row, n in zip(slots, total):
+        row[n:] = fill
+    slots[len(seqs):] = fill
+    return slots
+
+
+def _query_indices(qlen: np.ndarray, num_tokens: int, tokens: int, queries: int) -> tuple[np.ndarray, np.ndarray]:
+    """q_index int64 [batch, queries] (flat token of each (sequence, query), 0 when padded) and
+    t_index int64 [tokens] (row of each flat token in the [batch * queries] output, 0 when padded)
+    for the padded query lengths `qlen` [batch]."""
+    starts = np.cumsum(qlen) - qlen
+    q_off = _arange(queries)
+    real = q_off < qlen[:, None]  # [B, Q]
+    q_index = np.where(real, starts[:, None] + q_off, 0)
+    t_index = np.zeros(tokens, np.int64)
+    t_index[q_index[real]] = np.flatnonzero(real)  # real (b, j) in flat-token order
+    return q_index, t_index
+
+
+@functools.lru_cache(maxsize=64)
+def _arange(n: int) -> np.ndarray:
+    """A shared read-only np.arange(n) (int64): the build's index vectors, made once per size."""
+    out = np.arange(n, dtype=np.int64)
+    out.flags.writeable = False
+    return out
+
+
 def _causal_on_cache(ctx: np.ndarray, qlen: np.ndarray, max_q: int, max_kv: int,
-                     device: torch.device | str) -> torch.Tensor:
+                     device: torch.device) -> torch.Tensor:
     """bool [B, 1, max_q, max_kv]: query j of sequence b sees keys 0..ctx[b]+j; padded query
     rows (j >= qlen[b]) see every key (their output is discarded; SDPA needs one visible key).
 
     Built with numpy for a CPU forward (a tiny numpy op costs ~1 us, a torch op several), on the
     device for a GPU one (no [B, Q, K] host-to-device copy).
     """
-    if torch.device(device).type == "cpu":
-        key, q_off = np.arange(max_kv)[None, None, :], np.arange(max_q)[None, :, None]
+    if device.type == "cpu":
+        key, q_off = _arange(max_kv), _arange(max_q)[:, None]
         visible = (key <= ctx[:, None, None] + q_off) | (q_off >= qlen[:, None, None])
         return torch.from_numpy(visible[:, None])
     key = torch.arange(max_kv, device=device)[None, None, :]  # [1, 1, K]
@@ -268,7 +298,9 @@ def _causal_on_cache(ctx: np.ndarray, qlen: np.ndarray, max_q: int, max_kv: int,
     return ((key <= ctx_t + q_off) | (q_off >= qlen_t))[:, None]
 
 
-def _to(array: np.ndarray | None, device: torch.device | str) -> torch.Tensor | None:
+def _to(array: np.ndarray | None, device: torch.device) -> torch.Tensor | None:
+    """The array as a tensor on `device`: shared memory on the CPU (no copy, no dispatch)."""
     if array is None:
         return None
-    return torch.from_numpy(np.ascontiguousarray(array)).to(device, non_blocking=True)
+    tensor = torch.from_numpy(np.ascontiguousarray(array))
+    return tensor if device.type == "cpu" else tensor.to(device, non_blocking=True)

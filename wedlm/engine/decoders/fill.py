@@ -60,3 +60,15 @@ def draw(probs: torch.Tensor, params: SamplingParams, generator: torch.Generator
     """One token id per row of probs [n, V]: the argmax when greedy, else a sample."""
     tokens = probs.argmax(-1) if params.greedy else sample(probs, generator)
     return tokens.tolist()
+
+
+def draw_rows(probs: torch.Tensor, rows: list[int], params: SamplingParams, generator: torch.Generator | None,
+              scores: RowScores | None = None) -> list[int]:
+    """`draw(probs[rows], ...)`: one token id for each of `rows` (indices into probs [n, V], from
+    `fill_scores` with the same `scores`). A greedy request with batch scores takes the argmax ids
+    the batch computed for all its rows at once (`sampling.SoftmaxRows.argmax`: the same rows of
+    the same probs, so the same ids) instead of gathering and reducing its own."""
+    if scores is not None and params.greedy:
+        ids = scores.argmax()
+        return [ids[j] for j in rows]
+    return draw(probs[rows], params, generator)

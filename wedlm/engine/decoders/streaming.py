@@ -44,7 +44,7 @@ from ..request import Sequence
 from ..sampling import RowScores
 from .base import Decoder, StepResult, WindowPlan
 from .constrain import fill_in_order
-from .fill import below_tau, draw, fill_scores
+from .fill import below_tau, draw_rows, fill_scores
 
 
 def plan_filled_first(seq: Sequence, mask_id: int, leftmost_from_ar: bool = False) -> WindowPlan:
@@ -109,7 +109,7 @@ def fill_masks(seq: Sequence, slots: list[int], logits: torch.Tensor, scores: Ro
         chosen = [0] + chosen
     in_run = ar_first and params.wedlm_stop_in_run
     run = 0  # rows 0..run-1 are filled by this call, none with a stop
-    for j, t in zip(chosen, draw(probs[chosen], params, seq.generator)):
+    for j, t in zip(chosen, draw_rows(probs, chosen, params, seq.generator, scores)):
         if ar_first and j > 0 and t in seq.stop_ids and not (in_run and run == j):
             continue  # only the AR head (or, with stop_in_run, a stop closing the run) ends the answer
         seq.window[slots[j]] = t

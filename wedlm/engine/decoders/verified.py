@@ -46,7 +46,7 @@ from ..request import Sequence
 from ..sampling import RowScores, probabilities, sample
 from .base import Decoder, StepResult, WindowPlan
 from .constrain import verify_rows, with_forced
-from .fill import below_tau, draw, fill_scores
+from .fill import below_tau, draw_rows, fill_scores
 
 
 @dataclass
@@ -144,14 +144,14 @@ class VerifiedDecoder(Decoder):
             return [], None
         logits = logits[:limit]
         params = seq.params
-        probs, adjusted = fill_scores(logits, params, range(logits.shape[0]),
-                                      None if scores is None else scores[:limit])
+        scores = None if scores is None else scores[:limit]
+        probs, adjusted = fill_scores(logits, params, range(logits.shape[0]), scores)
         passing = below_tau(adjusted, params.wedlm_entropy_threshold)
         n = 1
         while n < len(passing) and passing[n]:
             n += 1
-        probs = probs[:n]
-        return draw(probs, params, seq.generator), None if params.greedy else probs.clone()
+        drafts = draw_rows(probs, list(range(n)), params, seq.generator, scores)
+        return drafts, None if params.greedy else probs[:n].clone()
 
 
 def _verify_greedy(drafts: list[int], target_ids: list[int]) -> tuple[int, int]:
