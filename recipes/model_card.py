@@ -78,8 +78,17 @@ def card(s: dict, model: Path) -> str:
         heads=cfg["num_attention_heads"], kv=cfg["num_key_value_heads"], ffn=cfg["intermediate_size"],
         vocab=cfg["vocab_size"], ctx=cfg["max_position_embeddings"], window=gen["wedlm_window_size"],
         tau=gen["wedlm_entropy_threshold"], lam=gen["wedlm_pos_penalty_factor"],
-        max_new=max_new, held_out=held_out_example(s), precision=f" ({s['precision'].split(' (')[0]})" if s.get("precision") else "",
+        stops=stop_rule(gen), max_new=max_new, held_out=held_out_example(s), precision=f" ({s['precision'].split(' (')[0]})" if s.get("precision") else "",
         table="\n".join(eval_rows(s)), eval_cmd=EVAL_CMD, plots=plot_lines(s))
+
+
+def stop_rule(gen: dict) -> str:
+    """The card's words for the stop rule of the decoding defaults (docs/method.md)."""
+    if not gen["wedlm_stop_by_ar"]:
+        return "stops as in Algorithm 1"
+    if gen["wedlm_stop_in_run"]:
+        return "stops decided by the AR head or by a mask that closes a filled run"
+    return "stops decided by the AR head"
 
 
 def plot_lines(s: dict) -> str:
@@ -108,7 +117,7 @@ format. On these answers streaming parallel decoding (`wedlm`) commits several t
 | size | hidden {hidden}, {layers} layers, {heads} heads / {kv} KV heads, FFN {ffn}, tied embeddings |
 | vocabulary | {vocab} byte-level BPE tokens, one token per digit, ChatML template, `<\\|mask\\|>` |
 | context | {ctx} positions |
-| decoding defaults (`generation_config.json`) | window W={window}, entropy threshold tau={tau}, position penalty lambda={lam}, stops decided by the AR head, at most {max_new} new tokens |
+| decoding defaults (`generation_config.json`) | window W={window}, entropy threshold tau={tau}, position penalty lambda={lam}, {stops}, at most {max_new} new tokens |
 
 ## Intended use
 

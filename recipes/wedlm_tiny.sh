@@ -131,8 +131,7 @@ train configs/tiny_wedlm_hundreds.yaml init=$RUN/hundreds2/final out_dir=$RUN/re
 # -- export, decoding defaults tuned on the validation split, evaluation on the test split, card
 export_model "$RUN/replay/final" "$OUT"
 stage tune $PY recipes/tune_decoding.py --model "$OUT" --out "$RUN/tune.json" --write \
-  --n count=400,addsub=100,listops=150 --windows 16 --stop-by-ar 1 \
-  --pairs 0.15:0.02,0.15:0.015,0.1:0.01,0.15:0.01,0.2:0.015,0.25:0.02
+  --n count=400,addsub=100,listops=150 --windows 16,32 --stop-by-ar 1,run --pairs 0.15:0.015,0.15:0.0075
 stage eval $PY recipes/eval_wedlm_tiny.py --model "$OUT" --out "$RUN/eval" \
   --n-count 200 --n-addsub 100 --n-listops 150 --probe-items 20
 stage card $PY recipes/model_card.py --eval "$RUN/eval/summary.json" --out "$OUT/README.md"

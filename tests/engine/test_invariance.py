@@ -94,7 +94,7 @@ def test_a_request_that_ends_in_its_first_forward_leaves_its_prompt_cached(decod
 
     shipped = Path(__file__).resolve().parents[2] / "models" / "wedlm-tiny"
     llm = LLM(str(shipped), enforce_eager=True, max_num_seqs=2, max_model_len=256)
-    ids = encode_chat(llm.tokenizer, [{"role": "user", "content": "Reverse the list: Tom, Anna, Ben, Mia, Leo, Zoe."}])
+    ids = encode_chat(llm.tokenizer, [{"role": "user", "content": "Sort the list: Tom, Anna, Ben, Mia, Leo, Zoe."}])
     assert len(ids) == 27  # one full block of 16 rows, 11 rows in the second
     params = SamplingParams(temperature=0, max_tokens=4, decoding=decoding)
     first = llm.generate([ids], params)[0]

@@ -53,7 +53,7 @@ def test_logit_bias_plus_100_forces_a_token(llm, prompt, decoding):
     assert out["token_ids"] == [forced] * 6
 
 
-CONTROLS = [dict(frequency_penalty=2.0), dict(presence_penalty=-2.0, repetition_penalty=0.5),
+CONTROLS = [dict(frequency_penalty=2.0), dict(presence_penalty=-2.0, repetition_penalty=0.4),
             dict(repetition_penalty=1.8, frequency_penalty=0.7, presence_penalty=0.4),
             dict(min_tokens=39), dict(logit_bias={15: -4.5}, frequency_penalty=1.0)]
 
