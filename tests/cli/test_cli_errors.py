@@ -194,11 +194,18 @@ def test_default_budget_is_the_model_max_new_tokens(tmp_path):
     assert sampling_params_from_args(args).max_tokens == DEFAULT_MAX_TOKENS >= 1024
 
 
+def default_sigint():
+    """Ctrl-C as a terminal delivers it: Python ignores SIGINT for good when it starts with
+    SIGINT ignored, and the test process may have inherited or been left with that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_during_generate_exits_130_without_traceback():
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "wedlm.cli.main", "generate", "--chat", "Count from 1 to 200.",
                              "--decoding", "ar", "--ignore-eos", "--max-tokens", "1500"],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=default_sigint)
     first = proc.stdout.read(1)  # the answer is streaming
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
