@@ -165,7 +165,11 @@ class CompiledForward:
 
 
 # The CompiledForward whose call runs in this thread, if any: dynamo's compile callbacks are
-# process-wide, and only a compile of an engine's forward gets `_CompileSettings`.
+# process-wide, and only a compile of an engine's forward gets `_CompileSettings`. The callbacks
+# are registered by the first call (again after `torch._dynamo.reset()`, which clears them).
+# Dynamo runs them around each compile (tracing, graph, kernels), never around a call that its
+# guards send to a compiled graph: the settings then cost nothing per step (set and restored
+# around every call they took ~9 us warm, several times that in a step's cold caches).
 _CALLING = threading.local()
 
 
@@ -179,12 +183,6 @@ def _compile_ended(args: CallbackArgs) -> None:
     forward = getattr(_CALLING, "forward", None)
     if forward is not None and args.callback_trigger is CallbackTrigger.DYNAMO:
         forward._compile_done()
-
-
-# Registered by the first call (again after `torch._dynamo.reset()`, which clears them). Dynamo
-# runs them around each compile (tracing, graph, kernels), never around a call that its guards
-# send to a compiled graph: the settings then cost nothing per step (set and restored around
-# every call they took ~9 us warm, several times that in a step's cold caches).
 
 
 class _CompileSettings:
