@@ -1,10 +1,12 @@
 """The vectorised `PagedAttention.build` against a per-token reference loop, and padding
-(`Padding`, the compiled path's shape buckets) that changes no real output and no real cache row."""
+(`Padding`, the compiled path's shape buckets) that changes no real output and no real cache row;
+`as_tensor`, the host-to-tensor step of the metadata and the runner's inputs."""
 
+import numpy as np
 import pytest
 import torch
 
-from wedlm.model import KVCache, Padding, PagedAttention, SequenceSlice, load_model
+from wedlm.model import KVCache, Padding, PagedAttention, SequenceSlice, as_tensor, load_model
 
 BS = 4
 
@@ -116,3 +118,17 @@ def test_padded_batch1_tokens_as_queries_metadata():
     one = PagedAttention.build(cache, [SequenceSlice([3, 1, 6], 5, 1)], pad=Padding(1, 1, 1, 64, 8 * BS))
     assert one.q_index is None and one.t_index is None
     assert one.slot_mapping.tolist() == [1 * BS + 1] and one.mask[0, 0, 0].tolist() == [True] * 6 + [False] * 58
+
+
+def test_as_tensor_shares_cpu_memory_and_makes_lists_int64():
+    cpu = torch.device("cpu")
+    array = np.arange(6, dtype=np.int64).reshape(2, 3)
+    shared = as_tensor(array, cpu)
+    array[1, 2] = 40  # no copy on the CPU: the tensor sees the write
+    assert shared.tolist() == [[0, 1, 2], [3, 4, 40]] and shared.dtype == torch.int64
+    strided = as_tensor(array[:, ::2], cpu)  # a non-contiguous view is made contiguous
+    assert strided.tolist() == [[0, 2], [3, 40]] and strided.is_contiguous()
+    from_list = as_tensor([7, 151643, 0], cpu)
+    assert from_list.dtype == torch.int64 and from_list.tolist() == [7, 151643, 0]
+    assert as_tensor(np.array([True, False]), cpu).dtype == torch.bool  # an array keeps its dtype
+    assert as_tensor(None, cpu) is None

@@ -1,6 +1,6 @@
 """Qwen/Llama-family causal decoder with logical position ids, attention metadata and HF loading."""
 
-from .attention import DenseAttention, KVCache, Padding, PagedAttention, SequenceSlice
+from .attention import DenseAttention, KVCache, Padding, PagedAttention, SequenceSlice, as_tensor
 from .config import ConfigError, ModelConfig, RopeConfig
 from .loader import CheckpointError, load_model, resolve_dtype, save_model
 from .qwen import QwenForCausalLM
@@ -8,6 +8,6 @@ from .source import ModelSourceError, resolve_model
 
 __all__ = [
     "CheckpointError", "ConfigError", "DenseAttention", "KVCache", "ModelConfig", "ModelSourceError",
-    "PagedAttention", "Padding", "QwenForCausalLM", "RopeConfig", "SequenceSlice", "load_model", "resolve_dtype",
-    "resolve_model", "save_model",
+    "PagedAttention", "Padding", "QwenForCausalLM", "RopeConfig", "SequenceSlice", "as_tensor", "load_model",
+    "resolve_dtype", "resolve_model", "save_model",
 ]

@@ -208,8 +208,8 @@ class PagedAttention:
             q_index, t_index = _query_indices(qlen_p, num_tokens, pad.tokens, pad.queries)
         if pad.pad_slot is not None or pad.batch > 1 or pad.queries > 1:
             mask = _causal_on_cache(ctx_p, qlen_p, pad.queries, pad.keys, device)
-        return cls(kv_cache, _to(slot_mapping, device), _to(kv_slots, device), _to(q_index, device),
-                   _to(t_index, device), mask)
+        return cls(kv_cache, as_tensor(slot_mapping, device), as_tensor(kv_slots, device),
+                   as_tensor(q_index, device), as_tensor(t_index, device), mask)
 
     def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                scale: float) -> torch.Tensor:
@@ -293,14 +293,20 @@ def _causal_on_cache(ctx: np.ndarray, qlen: np.ndarray, max_q: int, max_kv: int,
         return torch.from_numpy(visible[:, None])
     key = torch.arange(max_kv, device=device)[None, None, :]  # [1, 1, K]
     q_off = torch.arange(max_q, device=device)[None, :, None]  # [1, Q, 1]
-    ctx_t = _to(ctx, device)[:, None, None]
-    qlen_t = _to(qlen, device)[:, None, None]
+    ctx_t = as_tensor(ctx, device)[:, None, None]
+    qlen_t = as_tensor(qlen, device)[:, None, None]
     return ((key <= ctx_t + q_off) | (q_off >= qlen_t))[:, None]
 
 
-def _to(array: np.ndarray | None, device: torch.device) -> torch.Tensor | None:
-    """The array as a tensor on `device`: shared memory on the CPU (no copy, no dispatch)."""
-    if array is None:
+def as_tensor(values: np.ndarray | list[int] | None, device: torch.device) -> torch.Tensor | None:
+    """`values` as a tensor on `device`, through numpy; None stays None.
+
+    An array keeps its dtype and shape; a list of ints becomes int64 [len(values)]. On the CPU
+    the tensor shares numpy's memory (`torch.from_numpy`: no copy, no dispatch; a third of
+    `torch.tensor`'s cost for a step's short lists); another device gets a non-blocking copy.
+    """
+    if values is None:
         return None
-    tensor = torch.from_numpy(np.ascontiguousarray(array))
+    array = np.array(values, np.int64) if isinstance(values, list) else np.ascontiguousarray(values)
+    tensor = torch.from_numpy(array)
     return tensor if device.type == "cpu" else tensor.to(device, non_blocking=True)
