@@ -236,7 +236,7 @@ class GrammarState:
         """Whether the grammar allows no token at all after the committed output (no stop either):
         a grammar that accepts no string (`[^\\s\\S]`), or none this vocabulary can spell."""
         self.matcher.fill_next_token_bitmask(self.bitmask)
-        return not bool(self.bitmask.any())
+        return self._allows_none()
 
     def check_spellable(self) -> None:
         """After a `fill_next_token_bitmask`: raise when the bitmask allows no token, so a request
@@ -247,9 +247,14 @@ class GrammarState:
         Raises:
             ValueError: no token allowed.
         """
-        if not bool(self.bitmask.any()):
+        if self._allows_none():
             raise ValueError("the structured-output grammar allows no token this tokenizer can spell after "
                              "the answer so far (a stop token never spells grammar text)")
+
+    def _allows_none(self) -> bool:
+        """Whether the filled bitmask (int32 [1, ceil(V / 32)]) allows no token, stop tokens included:
+        the one emptiness test behind `stuck` and `check_spellable`."""
+        return not bool(self.bitmask.any())
 
     def advance(self, tokens: list[int]) -> None:
         """Accept committed tokens.
