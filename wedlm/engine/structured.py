@@ -28,6 +28,7 @@ import importlib
 import json
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -330,7 +331,7 @@ class GrammarState:
         allowed = self.allowed(run)
         if allowed is None:
             return logits.clone()
-        return grammar_wins(logits.masked_fill(~allowed.to(logits.device), float("-inf")), allowed)
+        return grammar_wins(logits, lambda x: x.masked_fill(~allowed.to(x.device), float("-inf")))
 
 
 class Lookahead:
@@ -375,7 +376,11 @@ class Lookahead:
         """The grammar's mask after the run applied to one row of logits: a float32 [V] copy of
         logits float [V] (any float dtype and device, left unchanged) with every token the
         grammar forbids at -inf (xgrammar's `fill_next_token_bitmask` into the sequence's one
-        bitmask, then `apply_token_bitmask_inplace`)."""
+        bitmask, then `apply_token_bitmask_inplace`), under `grammar_wins`.
+
+        Raises:
+            ValueError: the grammar allows no token after the run (`check_spellable`).
+        """
         import torch  # here, not at the top: SamplingParams imports this module and stays torch-free
 
         state = self.state
@@ -384,18 +389,21 @@ class Lookahead:
         row = logits.detach().to(dtype=torch.float32, copy=True)[None]
         bits = state.bitmask.to(row.device, non_blocking=True)
         backend = "cpu" if row.device.type == "cpu" else "torch_native"
-        state.xgr.apply_token_bitmask_inplace(row, bits, backend=backend)  # the bitmask spans all V
-        if not bool(row.isfinite().any()):  # the logit controls forbade all the grammar allows
-            row.zero_()
-            state.xgr.apply_token_bitmask_inplace(row, bits, backend=backend)
-        return row[0]
+
+        def forbid(x: Any) -> Any:  # in place on x [1, V]: the bitmask spans all V
+            state.xgr.apply_token_bitmask_inplace(x, bits, backend=backend)
+            return x
+
+        return grammar_wins(row, forbid)[0]
 
 
-def grammar_wins(masked: Any, allowed: Any) -> Any:
-    """masked float [..., V] (logits under the grammar's mask bool [V]) as is, or, when the request's
-    logit controls left none of the tokens the grammar allows finite (min_tokens' -inf on the stop
-    tokens where the grammar must end), 0 at every allowed token: the grammar decides, uniformly
-    over what it allows, so the answer stays valid and sampling never meets a row with no mass."""
+def grammar_wins(logits: Any, forbid: Callable[[Any], Any]) -> Any:
+    """`forbid(logits)`: logits float [..., V] with every token the grammar forbids at -inf (`forbid`
+    may work in place), or, when the request's logit controls left none of the tokens the grammar
+    allows finite (min_tokens' -inf on the stop tokens where the grammar must end), `forbid` of
+    zeros shaped like logits (0 at every allowed token): the grammar decides, uniformly over what
+    it allows, so the answer stays valid and sampling never meets a row with no mass."""
+    masked = forbid(logits)
     if bool(masked.isfinite().any()):
         return masked
-    return masked.new_zeros(masked.shape).masked_fill(~allowed.to(masked.device), float("-inf"))
+    return forbid(masked.new_zeros(masked.shape))
