@@ -16,9 +16,10 @@ QUESTIONS = ["Count from 1 to 30.", "Count down from 60 to 41.", "What is 47 + 3
 
 
 @pytest.mark.parametrize(("window", "requests", "budget", "slots"), [
-    (16, 1, 64, 16), (16, 3, 64, 16), (16, 4, 64, 15), (16, 8, 64, 7), (16, 16, 64, 3),
-    (16, 21, 64, 2), (16, 22, 64, 0), (16, 32, 64, 0), (16, 7, 128, 16), (16, 8, 128, 15),
-    (16, 32, 128, 3), (16, 43, 128, 0), (4, 1, 5, 4), (4, 2, 5, 0), (8, 2, 12, 5)])
+    (16, 1, 64, 31), (16, 2, 64, 31), (16, 3, 64, 20), (16, 4, 64, 15), (16, 8, 64, 7), (16, 16, 64, 3),
+    (16, 21, 64, 2), (16, 22, 64, 0), (16, 32, 64, 0), (16, 4, 128, 31), (16, 5, 128, 24), (16, 7, 128, 17),
+    (16, 8, 128, 15), (16, 32, 128, 3), (16, 43, 128, 0), (4, 1, 5, 4), (4, 1, 64, 7), (4, 2, 5, 0),
+    (8, 2, 12, 5), (1, 1, 128, 0)])
 def test_window_for_load(window, requests, budget, slots):
     assert window_for_load(window, requests, budget) == slots
 
@@ -40,9 +41,23 @@ def test_batch_1_keeps_the_whole_window_and_equals_ar(shipped):
     for p in prompts[:3]:
         ar, ver = _run(llm, [p], "ar")[0], _run(llm, [p], "verified")[0]
         assert ver["token_ids"] == ar["token_ids"]
-        # whole windows: W = 16 slots fed in every forward after the first
+        # whole windows: W = 16 masks, after the drafts, in every forward after the first
         assert ver["stats"]["fed_tokens"] >= 16 * (ver["stats"]["decode_forwards"] - 1)
         assert ver["stats"]["decode_forwards"] < ar["stats"]["decode_forwards"]
+
+
+def test_batch_1_feeds_drafts_and_a_whole_window_of_masks(shipped):
+    """At batch 1 a window after accepted drafts holds the drafts and W masks (more than W slots):
+    the masks after the drafts predict the next drafts, so a long confident answer commits more
+    than W / 2 tokens per forward."""
+    llm, prompts = shipped
+    params = SamplingParams(temperature=0, max_tokens=120, decoding="verified")
+    ver = llm.generate([prompts[0]], params)[0]  # "Count from 1 to 30."
+    ar = llm.generate([prompts[0]], SamplingParams(temperature=0, max_tokens=120, decoding="ar"))[0]
+    assert ver["token_ids"] == ar["token_ids"]
+    stats = ver["stats"]
+    assert stats["fed_tokens"] > 17 * stats["decode_forwards"]  # wider than anchor + W at some step
+    assert stats["decode_tokens"] > 8 * stats["decode_forwards"]
 
 
 @pytest.mark.parametrize("budget", [None, 64])

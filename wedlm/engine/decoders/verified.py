@@ -28,7 +28,7 @@ Structured outputs (`constrain.py`): the AR rows are masked by the grammar along
 before verification, so constrained greedy `verified` equals constrained greedy `ar`.
 
 Under load the window shrinks (`window_for_load`): a forward of many requests is compute
-bound, where each of a window's W + 1 rows costs about as much as a whole AR token, so
+bound, where each row of a window costs about as much as a whole AR token, so
 the engine trims the window of every greedy verified request of a step to what the token
 budget leaves per request (`fit_window`). Trimming keeps the leading drafts and masks, all at
 consecutive positions after the committed text, so the rule above still commits exactly AR's
@@ -59,12 +59,13 @@ class DraftState:
 def window_for_load(window_size: int, requests: int, budget: int) -> int:
     """Window slots of each verified request when `requests` requests decode in one forward.
 
-    The rule: a request feeds its anchor plus its window, so `requests` * (`window_size` + 1)
-    rows; within `budget` rows every window stays whole. Above it each request gets what the
-    budget leaves, budget // requests - 1 slots, and below 2 slots none at all: one slot is a
-    mask at the position the anchor already predicts, so it could never yield a draft, and 0
-    is a plain AR step. E.g. W = 16, budget 128 (the default): whole windows up to 7 requests,
-    15 slots at 8, 7 at 16, 3 at 32, none from 43 requests on.
+    A whole verified window is its drafts (at most W - 1) and W masks after them, so at most
+    2W - 1 slots, and a request feeds its anchor plus its window. The rule: each request gets
+    the rows the budget leaves it, budget // requests - 1 slots, capped at the whole window,
+    and below 2 slots none at all: one slot is a mask at the position the anchor already
+    predicts, so it could never yield a draft, and 0 is a plain AR step. E.g. W = 16, budget
+    128 (the default): whole windows (31 slots) up to 4 requests, 17 slots at 7, 15 at 8, 7 at
+    16, 3 at 32, none from 43 requests on.
 
     Args:
         window_size: the request's W (>= 1).
@@ -72,12 +73,10 @@ def window_for_load(window_size: int, requests: int, budget: int) -> int:
         budget: the engine's `verified_token_budget` (>= 1).
 
     Returns:
-        slots in 0..window_size.
+        slots in 0..2 * window_size - 1.
     """
-    if requests * (window_size + 1) <= budget:
-        return window_size
-    slots = budget // requests - 1
-    return min(window_size, slots) if slots >= 2 else 0
+    slots = min(2 * window_size - 1, budget // requests - 1)
+    return slots if slots >= 2 else 0
 
 
 class VerifiedDecoder(Decoder):
