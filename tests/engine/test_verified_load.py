@@ -60,6 +60,20 @@ def test_batch_1_feeds_drafts_and_a_whole_window_of_masks(shipped):
     assert stats["decode_tokens"] > 8 * stats["decode_forwards"]
 
 
+def test_drafts_take_no_distance_penalty(shipped):
+    """A lambda that lets `wedlm` fill only the leftmost mask per step leaves `verified`'s drafts
+    as long as without it: drafts are chosen by entropy alone."""
+    llm, prompts = shipped
+    ar = llm.generate([prompts[0]], SamplingParams(temperature=0, max_tokens=120, decoding="ar"))[0]
+    runs = [llm.generate([prompts[0]], SamplingParams(temperature=0, max_tokens=120, decoding=d,
+                                                      wedlm_pos_penalty_factor=lam))[0]
+            for d, lam in [("verified", 0.0), ("verified", 1.0), ("wedlm", 1.0)]]
+    assert runs[0]["token_ids"] == runs[1]["token_ids"] == ar["token_ids"]
+    assert runs[0]["stats"]["decode_forwards"] == runs[1]["stats"]["decode_forwards"]
+    assert runs[1]["stats"]["decode_tokens"] > 8 * runs[1]["stats"]["decode_forwards"]
+    assert runs[2]["stats"]["decode_tokens"] < 2.5 * runs[2]["stats"]["decode_forwards"]
+
+
 @pytest.mark.parametrize("budget", [None, 64])
 def test_batch_32_shrinks_the_window_and_equals_ar(shipped, budget):
     """Default budget (128): 3 slots each while all 32 run, more as they finish; 64: no window

@@ -61,7 +61,8 @@ class SamplingParams:
             whose distance-adjusted entropy is below it are filled each step.
             None = fill only the single lowest adjusted-entropy mask per step;
             inf = fill every mask.
-        wedlm_pos_penalty_factor: lambda of the distance penalty (Eq. 11), >= 0 and finite.
+        wedlm_pos_penalty_factor: lambda of the distance penalty (Eq. 11), >= 0 and finite
+            (`wedlm` and `blockwise`; `verified` drafts by entropy alone).
         wedlm_fallback: which mask to fill when none passes tau: "leftmost"
             (this engine's default, never stalls the commit frontier) or
             "argmin" (the official rule: lowest adjusted entropy).

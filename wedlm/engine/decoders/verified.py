@@ -21,8 +21,11 @@ distributed exactly as AR sampling.
 The accepted drafts were fed in logical order on committed context, so their
 cache rows are valid; the correction/bonus token becomes the next anchor. When
 every draft was accepted, the masks after the bonus position saw only correct
-context and become the next drafts: the contiguous run whose distance-adjusted
-entropy is below tau (always at least one), at most W-1 of them.
+context and become the next drafts: the contiguous run whose entropy is below tau (always
+at least one), at most W-1 of them. The drafts take no distance penalty (lambda): `wedlm`'s
+penalty keeps its irreversible fills close to the committed text, while a wrong draft here
+is only rejected, and the run already ends at the first unconfident mask (under the shipped
+model's tau 0.15 and lambda 0.015 a penalised run could never pass 10 slots).
 
 Structured outputs (`constrain.py`): the AR rows are masked by the grammar along the drafts
 before verification, so constrained greedy `verified` equals constrained greedy `ar`.
@@ -144,8 +147,8 @@ class VerifiedDecoder(Decoder):
         logits = logits[:limit]
         params = seq.params
         scores = None if scores is None else scores[:limit]
-        probs, adjusted = fill_scores(logits, params, range(logits.shape[0]), scores)
-        passing = below_tau(adjusted, params.wedlm_entropy_threshold)
+        probs, entropy = fill_scores(logits, params, [0] * logits.shape[0], scores)  # no distance penalty
+        passing = below_tau(entropy, params.wedlm_entropy_threshold)
         n = 1
         while n < len(passing) and passing[n]:
             n += 1
