@@ -241,3 +241,60 @@ def test_smoke_llama_checkpoint_equals_llama_cpp(tmp_path):
             assert ours[0]["token_ids"] == peer.generate(prompt, 12)["token_ids"]
     finally:
         peer.close()
+
+
+def test_q8_0_matrices_round_trip_within_a_block_scale(tmp_path):
+    """Q8_0: every matrix in llama.cpp's 8-bit blocks, dequantized within half a step of its block
+    (step = max |w| / 127 over 32 weights) plus the float16 scale's rounding (2^-11 relative, over up
+    to 127 steps: 0.062 of a step); vectors stay float32."""
+    path = write_gguf(MODEL, tmp_path / "m.gguf", "q8_0")
+    reader = gguf.GGUFReader(str(path))
+    assert _field(reader, "general.file_type") == gguf.LlamaFileType.MOSTLY_Q8_0
+    weights = load_file(str(MODEL / "model.safetensors"))
+    tensors = {t.name: t for t in reader.tensors}
+    assert len(tensors) == 90
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    for gname, hf in [("blk.2.ffn_down.weight", "model.layers.2.mlp.down_proj.weight"),
+                      ("token_embd.weight", "model.embed_tokens.weight")]:
+        t = tensors[gname]
+        assert t.tensor_type == q8
+        w = weights[hf]
+        got = gguf.quants.dequantize(np.asarray(t.data), q8).reshape(w.shape)
+        blocks = np.abs(w).reshape(w.shape[0], -1, 32).max(-1, keepdims=True)
+        step = np.repeat(blocks / 127, 32, axis=-1).reshape(w.shape)
+        assert np.all(np.abs(got - w) <= (0.5 + 127 * 2.0 ** -11) * step)
+        assert not np.array_equal(got, w)
+    norm = tensors["blk.0.attn_k_norm.weight"]
+    assert norm.tensor_type == gguf.GGMLQuantizationType.F32
+    np.testing.assert_array_equal(np.asarray(norm.data), weights["model.layers.0.self_attn.k_norm.weight"])
+    with pytest.raises(ValueError, match="weight_type must be one of f32, q8_0, got 'q4'"):
+        write_gguf(MODEL, tmp_path / "x.gguf", "q4")
+
+
+def test_q8_0_needs_rows_of_32(tmp_path):
+    from wedlm.testing import make_hf_checkpoint
+
+    ckpt = _with_shipped_tokenizer(make_hf_checkpoint(tmp_path / "c", family="qwen3", hidden_size=40,
+                                                      vocab_size=4096, tokenizer=True))
+    with pytest.raises(GGUFExportError, match="has rows of 40 weights; Q8_0 needs a multiple of 32"):
+        write_gguf(ckpt, tmp_path / "c.gguf", "q8_0")
+    assert not (tmp_path / "c.gguf").exists()
+
+
+def test_smoke_int8_against_q8_0(tmp_path):
+    """`--quantization int8`: llama.cpp runs the Q8_0 file; its own page, the engine's int8 forward."""
+    pytest.importorskip("llama_cpp")
+    from wedlm.cli.main import main
+
+    code = main(["bench", "--peer", "llama.cpp", "--quick", "--tasks", "arithmetic", "--max-tokens", "10",
+                 "--repeats", "1", "--enforce-eager", "--quantization", "int8",
+                 "--out-dir", str(tmp_path)])
+    assert code == 0
+    result = json.loads((tmp_path / "llama_cpp_peer_q8_0.json").read_text())
+    assert result["gguf_type"] == "q8_0" and "int8" in result["engine"]["precision"]
+    md = (tmp_path / "llama_cpp_peer_q8_0.md").read_text()
+    assert "(written as a Q8_0 (8-bit) GGUF file for llama.cpp)" in md
+    assert "](img/bench_llama_cpp_peer_q8_0.png)" in md and (tmp_path / "img" / "bench_llama_cpp_peer_q8_0.png").exists()
+    assert not (tmp_path / "llama_cpp_peer.json").exists()
+    rows = {r["system"]: r for r in result["results"]}
+    assert rows["ar eager"]["tokens"] > 4

@@ -1,13 +1,14 @@
-"""A checkpoint folder written as one float32 GGUF file that llama.cpp loads: the peer's copy of the weights.
+"""A checkpoint folder written as one GGUF file that llama.cpp loads: the peer's copy of the weights.
 
 What: `gguf_arch(config)` picks llama.cpp's architecture for a config (`qwen3`: per-head q/k
 RMSNorm, no q/k/v bias, the shipped model's layout; `qwen2`: q/k/v bias, no q/k norm;
 `llama`: neither, Llama and Mistral checkpoints); `write_gguf(folder, out)` writes the tensors
 under llama.cpp's names (`gguf`, llama.cpp's own writer package), the byte-level BPE vocabulary,
-merges and special tokens.
+merges and special tokens; `weight_type="q8_0"` stores every matrix in llama.cpp's 8-bit format.
 
 Why: `wedlm bench --peer llama.cpp` compares decoders on the same weights; float32 keeps
-llama.cpp's arithmetic that of the engine's, so greedy answers can be compared token for token.
+llama.cpp's arithmetic that of the engine's, so greedy answers can be compared token for token,
+and Q8_0 is llama.cpp's counterpart of the engine's int8 weights (`quantization="int8"`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ LAYER_NAMES = {
     "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
 }
+# how `write_gguf` stores the matrices: float32, or llama.cpp's Q8_0 (blocks of 32 weights along a
+# row, int8 with one float16 scale per block); vectors (norm weights, biases) stay float32 either way
+GGUF_WEIGHT_TYPES = ("f32", "q8_0")
+Q8_0_BLOCK = 32
 TOP_NAMES = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
              "lm_head.weight": "output.weight"}
 
@@ -123,18 +128,25 @@ def _gguf_name(name: str) -> str:
     raise GGUFExportError(f"no llama.cpp name for tensor {name}")
 
 
-def write_gguf(model_dir: str | Path, out: str | Path) -> Path:
-    """The checkpoint in `model_dir` as one float32 GGUF file at `out` (returned; the shipped model:
-    16 MB, 90 tensors).
+def write_gguf(model_dir: str | Path, out: str | Path, weight_type: str = "f32") -> Path:
+    """The checkpoint in `model_dir` as one GGUF file at `out` (returned; the shipped model: 90
+    tensors, 16 MB in float32, 4.3 MB in Q8_0).
+
+    Args:
+        weight_type: "f32" (every tensor float32) or "q8_0" (every matrix in Q8_0, vectors float32).
 
     Raises:
         GGUFExportError: an architecture `gguf_arch` refuses, a tokenizer that is not byte-level BPE,
-            or a tensor with no llama.cpp name (biases of o_proj or the MLP, for instance).
+            a tensor with no llama.cpp name (biases of o_proj or the MLP, for instance), or, for
+            "q8_0", a matrix whose rows are not a multiple of 32 long.
+        ValueError: `weight_type` not in GGUF_WEIGHT_TYPES.
         FileNotFoundError: no config.json or tokenizer.json in `model_dir`.
     """
     import gguf
     from safetensors.torch import load_file
 
+    if weight_type not in GGUF_WEIGHT_TYPES:
+        raise ValueError(f"weight_type must be one of {', '.join(GGUF_WEIGHT_TYPES)}, got {weight_type!r}")
     model_dir, out = Path(model_dir), Path(out)
     config = json.loads((model_dir / "config.json").read_text())
     arch = gguf_arch(config)
@@ -145,6 +157,11 @@ def write_gguf(model_dir: str | Path, out: str | Path) -> Path:
     for f in sorted(model_dir.glob("*.safetensors")):
         tensors.update(load_file(str(f)))
     names = {name: _gguf_name(name) for name in sorted(tensors)}  # every refusal before the file is opened
+    if weight_type == "q8_0":
+        for name, t in tensors.items():
+            if t.dim() == 2 and t.shape[1] % Q8_0_BLOCK:
+                raise GGUFExportError(f"tensor {name} has rows of {t.shape[1]} weights; Q8_0 needs a multiple "
+                                      f"of {Q8_0_BLOCK}")
     w = gguf.GGUFWriter(str(out), arch)
     w.add_name(model_dir.name)
     w.add_context_length(config["max_position_embeddings"])
@@ -160,13 +177,17 @@ def write_gguf(model_dir: str | Path, out: str | Path) -> Path:
     theta = config.get("rope_theta") or (config.get("rope_parameters") or {}).get("rope_theta", 10000.0)
     w.add_rope_freq_base(float(theta))
     w.add_layer_norm_rms_eps(float(config["rms_norm_eps"]))
-    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32 if weight_type == "f32" else gguf.LlamaFileType.MOSTLY_Q8_0)
     _tokenizer_fields(w, model_dir, config["vocab_size"])
     for name, gname in names.items():
         data = tensors[name].float().numpy()
         if arch == "llama" and name.endswith(("self_attn.q_proj.weight", "self_attn.k_proj.weight")):
             data = _permute_rows(data, heads if "q_proj" in name else kv_heads)
-        w.add_tensor(gname, data)
+        if weight_type == "q8_0" and data.ndim == 2:
+            q8 = gguf.GGMLQuantizationType.Q8_0
+            w.add_tensor(gname, gguf.quants.quantize(data, q8), raw_dtype=q8)
+        else:
+            w.add_tensor(gname, data)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

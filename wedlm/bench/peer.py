@@ -1,6 +1,7 @@
 """`wedlm bench --peer llama.cpp`: the engine's decoders against llama.cpp's AR on the same weights.
 
-What: `run_peer(PeerConfig)` writes the checkpoint as a float32 GGUF file (`gguf_export`), loads
+What: `run_peer(PeerConfig)` writes the checkpoint as a float32 GGUF file (`gguf_export`; Q8_0,
+llama.cpp's 8-bit format, when the engine runs `quantization="int8"`), loads
 it in llama.cpp (llama-cpp-python) and the same folder in the engine (one `LLM` per forward
 mode: eager and compiled), and decodes the same prompt token ids with each system at batch 1,
 one thread each, greedy: llama.cpp AR, then `wedlm`, `verified` and `ar` of the engine. Each
@@ -80,7 +81,8 @@ class PeerConfig:
         decoders: the engine's decoders, in table order.
         threads: torch threads and llama.cpp threads (the same for both).
         window_size: engine window W (None = the model's).
-        autocast, quantization: as `wedlm.LLM` (float32, no int8 by default: llama.cpp's file is float32).
+        autocast, quantization: as `wedlm.LLM` (float32, no int8 by default). llama.cpp's file follows:
+            float32 weights, or Q8_0 (llama.cpp's 8-bit format) beside `quantization="int8"`.
     """
 
     model: str
@@ -256,7 +258,8 @@ def run_peer(cfg: PeerConfig) -> dict:
     t_start = time.perf_counter()
     torch.set_num_threads(cfg.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        path = write_gguf(cfg.model, Path(tmp) / "model-f32.gguf")  # refuses an unsupported model first
+        gguf_type = peer_gguf_type(cfg.quantization)
+        path = write_gguf(cfg.model, Path(tmp) / f"model-{gguf_type}.gguf", gguf_type)  # refuses a model first
         engines = _engines(cfg)
         first = next(iter(engines.values()))
         stops = set(stop_token_ids(first.tokenizer, cfg.model))
@@ -276,13 +279,22 @@ def run_peer(cfg: PeerConfig) -> dict:
     return {"schema": SCHEMA, "command": cfg.command,
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "model": cfg.model, "machine": info, "machine_line": machine_line(info),
-            "llama_cpp": peer.version, "default_mode": engine_default_mode(),
+            "llama_cpp": peer.version, "gguf_type": gguf_type, "default_mode": engine_default_mode(),
             "engine": {"precision": first.engine.precision, "matmuls": first.engine.matmuls,
                        "window_size": first.engine.window_size},
             "config": _config_dict(cfg),
             "tasks": [{"name": t.name, "kind": t.kind, "max_tokens": t.max_tokens, "items": len(prompts[t.name]),
                        "prompts": [item.messages[-1]["content"] for item in t.items]} for t in tasks.values()],
             "results": results, "elapsed_s": time.perf_counter() - t_start}
+
+
+_GGUF_WORDS = {"f32": "float32", "q8_0": "Q8_0 (8-bit)"}
+
+
+def peer_gguf_type(quantization: str | None) -> str:
+    """The GGUF weight type llama.cpp runs beside an engine with `quantization`: its own 8-bit
+    format (Q8_0: int8 blocks of 32 weights, one scale each) beside int8, float32 otherwise."""
+    return "q8_0" if quantization == "int8" else "f32"
 
 
 def _config_dict(cfg: PeerConfig) -> dict:
@@ -308,7 +320,8 @@ def peer_markdown(result: dict, img: str = "img/bench_llama_cpp_peer.png") -> st
              "its plot.", "",
              f"- command: `{result['command']}`",
              f"- machine: {result['machine_line']}; llama-cpp-python {result['llama_cpp']}",
-             f"- model: `{result['model']}` (written as a float32 GGUF file for llama.cpp); engine forward: "
+             f"- model: `{result['model']}` (written as a {_GGUF_WORDS[result.get('gguf_type', 'f32')]} GGUF file "
+             f"for llama.cpp); engine forward: "
              f"{result['engine']['precision']}; {result['engine']['matmuls']}; window W={result['engine']['window_size']}",
              f"- batch 1, {cfg['threads']} thread(s) each, greedy, the same prompt token ids; whole-answer wall "
              f"clock from the call to the last token, prefill included; {cfg['repeats']} timed repeat(s) after an "
@@ -341,19 +354,27 @@ def peer_markdown(result: dict, img: str = "img/bench_llama_cpp_peer.png") -> st
     return "\n".join(lines) + "\n"
 
 
+def peer_stem(result: dict) -> str:
+    """The file stem of a result: llama_cpp_peer (float32 weights), llama_cpp_peer_q8_0 (8-bit)."""
+    gguf_type = result.get("gguf_type", "f32")
+    return "llama_cpp_peer" if gguf_type == "f32" else f"llama_cpp_peer_{gguf_type}"
+
+
 def write_peer(result: dict, out_dir: str | Path, plots: bool = True) -> dict[str, Path]:
-    """Write llama_cpp_peer.json, llama_cpp_peer.md and (optionally) img/bench_llama_cpp_peer.png."""
+    """Write STEM.json, STEM.md and (optionally) img/bench_STEM.png, STEM = `peer_stem(result)`: a
+    float32 run and an 8-bit run keep separate pages."""
     from .report import write_json
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / "llama_cpp_peer.json", "markdown": out / "llama_cpp_peer.md"}
+    stem = peer_stem(result)
+    paths = {"json": out / f"{stem}.json", "markdown": out / f"{stem}.md"}
     write_json(result, paths["json"])
-    paths["markdown"].write_text(peer_markdown(result))
+    paths["markdown"].write_text(peer_markdown(result, img=f"img/bench_{stem}.png"))
     if plots:
         from .plots import plot_peer
 
-        paths["plot"] = out / "img" / "bench_llama_cpp_peer.png"
+        paths["plot"] = out / "img" / f"bench_{stem}.png"
         paths["plot"].parent.mkdir(parents=True, exist_ok=True)
         plot_peer(result, paths["plot"])
     return paths

@@ -27,10 +27,14 @@ PEER_SECTION = [
     "llama-cpp-python gguf`) on the model written as a float32 GGUF file, beside the engine's `wedlm`, "
     "`verified` and `ar` (eager and compiled), at batch 1, one thread each, greedy, on the same prompt "
     "token ids, timing each whole answer (prefill included) and comparing the answers token for token. "
-    "It writes [llama_cpp_peer.md](llama_cpp_peer.md) with its plot and llama_cpp_peer.json:", "",
+    "It writes [llama_cpp_peer.md](llama_cpp_peer.md) with its plot and llama_cpp_peer.json. With "
+    "`--quantization int8` llama.cpp runs the model written in Q8_0, its own 8-bit format, beside the "
+    "engine's int8 weights, and the page is [llama_cpp_peer_q8_0.md](llama_cpp_peer_q8_0.md):", "",
     "```bash",
     "wedlm bench --peer llama.cpp --out-dir docs   # not run by tests: minutes of timing; needs llama-cpp-python "
     "(tests/bench/test_llama_cpp_peer.py runs it on 2 prompts)",
+    "wedlm bench --peer llama.cpp --quantization int8 --out-dir docs   # not run by tests: minutes of timing; "
+    "needs llama-cpp-python (tests/bench/test_llama_cpp_peer.py runs it on 2 prompts)",
     "```", ""]
 # Pages other commands generate next to benchmarks.md: (file, heading or None to go on under the
 # section before, the command that writes it).
@@ -38,6 +42,8 @@ PEER_SECTION = [
 # every comparison; the linked page keeps the details, plot and definitions.
 COMPANION_PAGES = (
     ("llama_cpp_peer.md", None, "wedlm bench --peer llama.cpp --out-dir docs"),  # under PEER_SECTION's heading
+    ("llama_cpp_peer_q8_0.md", "Int8 weights against llama.cpp's Q8_0",
+     "wedlm bench --peer llama.cpp --quantization int8 --out-dir docs"),
     ("real_model_speed.md", "A real pretrained model: SmolLM2-135M-Instruct, engine `ar` vs transformers vs llama.cpp",
      "python benchmarks/real_model_speed.py --out-dir docs"),
     ("structured_outputs.md", "Structured outputs: validity, accuracy and cost per decoder",

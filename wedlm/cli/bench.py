@@ -107,10 +107,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--no-plots", action="store_true", help="write JSON and markdown only")
     p.add_argument("--peer", choices=PEERS, default=None,
                    help="run only the peer section: llama.cpp AR (llama-cpp-python, optional) on the model written "
-                        "as float32 GGUF, beside the engine's wedlm, verified and ar, batch 1, one thread each "
-                        "(--threads), whole-answer wall clock; --enforce-eager / --no-enforce-eager keep one "
-                        "forward mode (default: both); writes llama_cpp_peer.json, llama_cpp_peer.md and "
-                        "img/bench_llama_cpp_peer.png")
+                        "as float32 GGUF (Q8_0 with --quantization int8), beside the engine's wedlm, verified and "
+                        "ar, batch 1, one thread each (--threads), whole-answer wall clock; --enforce-eager / "
+                        "--no-enforce-eager keep one forward mode (default: both); writes llama_cpp_peer.json, "
+                        "llama_cpp_peer.md and img/bench_llama_cpp_peer.png (llama_cpp_peer_q8_0.* with int8)")
     p.add_argument("--slot-cost", action="store_true",
                    help="run only the slot-cost section: one forward with W = 1..64 window slots over a cached "
                         "prefix, eager and compiled, with the break-even tokens/forward of wedlm vs ar "
