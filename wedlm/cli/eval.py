@@ -47,7 +47,7 @@ EXAMPLES = """examples:
   wedlm eval                                           # the shipped model's held-out suites, ar and wedlm
   wedlm eval --limit count=200,addsub=100,listops=150 --decoding ar,wedlm,verified   # the model card's table
   wedlm eval --tasks addsub --decoding wedlm,verified --limit 20
-  wedlm eval --tasks listops --limit 30                # per operation: AR, WeDLM (+ tok/fwd), verified
+  wedlm eval --tasks listops --limit 30                # 30 items; a row per operation: AR, WeDLM (+ tok/fwd), verified
   wedlm eval --tasks listops --data parallelbench/test  # not run by tests: needs ParallelBench-layout files
   wedlm eval --model /models/WeDLM-8B-Instruct --device cuda --dtype bfloat16 \\
              --tasks gsm8k,humaneval --gsm8k-file gsm8k_test.jsonl --n-shot 4   # not run by tests: needs a GPU
