@@ -68,6 +68,14 @@ def test_chat_flag_uses_the_template(cli_model, cli_llm, capsys):
     assert json.loads(capsys.readouterr().out)["token_ids"] == want["token_ids"]
 
 
+@pytest.mark.parametrize("mode", [["--raw"], ["--no-chat"], []])
+def test_system_without_the_chat_template_is_a_usage_error(cli_model, capsys, mode):
+    """cli_model is not chat-only, so no flag means the raw prompt too."""
+    assert main(args(cli_model, "Hi", "--system", "Be brief.", "--max-tokens", "2", *mode)) == 2
+    err = capsys.readouterr().err
+    assert "wedlm generate: error: --system needs the chat template (--chat)" in err
+
+
 @pytest.mark.parametrize("extra,field", [
     (["--top-p", "2"], "top_p"),
     (["--max-tokens", "0"], "max_tokens"),

@@ -55,7 +55,7 @@ def add_parser(subparsers: Any) -> None:
                              "raw text); default: --chat when the model folder's generation_config.json says "
                              "wedlm_chat_only, else raw")
     parser.add_argument("--raw", dest="chat", action="store_false", help="the same as --no-chat")
-    parser.add_argument("--system", default=None, help="system message (with --chat)")
+    parser.add_argument("--system", default=None, help="system message (needs the chat template: --chat)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object: text, token_ids, finish_reason and stats (and logprobs)")
     parser.add_argument("--logprobs", type=int, default=None, metavar="K",
@@ -99,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         chat = use_chat(args, llm.tokenizer)
+        if args.system is not None and not chat:  # dropping it silently would answer another question
+            raise ValueError("--system needs the chat template (--chat); the raw prompt has no system message")
         if chat:
             system = [{"role": "system", "content": args.system}] if args.system else []
             ids = chat_prompt(llm.tokenizer, system + [{"role": "user", "content": prompt}])
