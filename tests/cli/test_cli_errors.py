@@ -15,7 +15,7 @@ import pytest
 
 from wedlm import SamplingParams
 from wedlm.cli.chat import ChatSession, repl
-from wedlm.cli.main import main
+from wedlm.cli.main import build_parser, main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -65,6 +65,17 @@ BAD = [
     ["nosuchcommand"],
     [],
 ]
+
+
+@pytest.mark.parametrize("port, why", [("70000", "must be <= 65535, got 70000"), ("-1", "must be >= 1, got -1"),
+                                       ("0", "must be >= 1, got 0")])
+def test_serve_port_outside_tcp_range_exits_2_before_loading(port, why, capsys):
+    """Parsed alone: with a port out of range `wedlm serve` would otherwise load the model and bind
+    something else (70000 wraps) or fail in uvicorn with its own status."""
+    with pytest.raises(SystemExit) as done:
+        build_parser().parse_args(["serve", "--port", port])
+    assert done.value.code == 2
+    assert f"wedlm serve: error: argument --port: {why}" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv", BAD, ids=lambda a: " ".join(a) or "(none)")

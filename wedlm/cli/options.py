@@ -58,6 +58,20 @@ def int_at_least(low: int) -> Callable[[str], int]:
     return parse
 
 
+def int_between(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer in [`low`, `high`] (argparse reports anything else with exit status 2)."""
+    at_least = int_at_least(low)
+
+    def parse(text: str) -> int:
+        value = at_least(text)
+        if value > high:
+            raise argparse.ArgumentTypeError(f"must be <= {high}, got {value}")
+        return value
+
+    parse.__name__ = f"integer in [{low}, {high}]"
+    return parse
+
+
 def non_negative_float(text: str) -> float:
     """An argparse type: a finite number >= 0."""
     try:

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .options import UsageError, add_engine_args, int_at_least
+from .options import UsageError, add_engine_args, int_at_least, int_between
 
 API_KEY_ENV = "WEDLM_API_KEY"
 
@@ -46,7 +46,8 @@ def add_parser(subparsers: Any) -> None:
                     "extra body fields: decoding, wedlm_window_size, wedlm_entropy_threshold, wedlm_pos_penalty_factor.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
-    parser.add_argument("--port", type=int, default=8000, help="port to bind (default: %(default)s)")
+    parser.add_argument("--port", type=int_between(1, 65535), default=8000,
+                        help="TCP port to bind, 1..65535 (default: %(default)s)")
     parser.add_argument("--served-model-name", default=None, metavar="NAME",
                         help="the `model` name clients send; default: the model folder's name")
     parser.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"),
