@@ -33,6 +33,21 @@ def test_help_documents_every_option(name, capsys):
             assert option in out
 
 
+@pytest.mark.parametrize("name", COMMANDS)
+def test_window_size_help_names_where_its_default_comes_from(name, cli_model, tmp_path):
+    """The engine takes W from the model's generation_config.json before its own 16."""
+    import shutil
+
+    from wedlm import LLM
+
+    action = next(a for a in sub_parser(name)._actions if "--window-size" in a.option_strings)
+    assert action.help.endswith("default: the model's generation_config.json, else 16")
+    folder = tmp_path / "w8"
+    shutil.copytree(cli_model, folder)
+    (folder / "generation_config.json").write_text(json.dumps({"wedlm_window_size": 8}))
+    assert LLM(model=str(folder), max_model_len=64, enforce_eager=True).engine.window_size == 8
+
+
 def args(model, *extra):
     return ["generate", "--model", str(model), "--max-model-len", "256", "--temperature", "0", *extra]
 

@@ -132,7 +132,8 @@ def add_engine_args(parser: argparse.ArgumentParser, one_answer: bool = False) -
     add_revision_arg(group)
     group.add_argument("--wedlm-window-size", "--window-size", dest="window_size", type=int, default=None,
                        metavar="W",
-                       help="WeDLM decoding window W (slots decoded in parallel); default: the engine's (16)")
+                       help="WeDLM decoding window W (slots decoded in parallel); default: the model's "
+                            "generation_config.json, else 16")
     group.add_argument("--max-model-len", type=int, default=None, metavar="N",
                        help="context length (prompt + generated tokens); default: the model's")
     group.add_argument("--max-num-seqs", type=int, default=None, metavar="N",
