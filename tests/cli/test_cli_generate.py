@@ -144,3 +144,16 @@ def test_stop_rule_flags_reach_sampling_params(flags, by_ar, in_run):
     p = sampling_params_from_args(build_parser().parse_args(["generate", "--model", "m", "hi", *flags]))
     assert p.wedlm_stop_by_ar is (MODEL_DEFAULT if by_ar is None else by_ar)
     assert p.wedlm_stop_in_run is (MODEL_DEFAULT if in_run is None else in_run)
+
+
+def test_readme_system_message_claim_holds_on_the_shipped_model(capsys):
+    """README.md, "The shipped model": a system message it never saw breaks its arithmetic."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    assert '`--system "Be brief."` "What is 47 + 38?" comes out `37 + 38 = 80`' in (repo / "README.md").read_text()
+    base = ["generate", "--model", str(repo / "models" / "wedlm-tiny"), "--chat", "--temperature", "0"]
+    assert main([*base, "What is 47 + 38?"]) == 0
+    assert capsys.readouterr().out == "47 + 38 = 85\n"
+    assert main([*base, "--system", "Be brief.", "What is 47 + 38?"]) == 0
+    assert capsys.readouterr().out == "37 + 38 = 80\n"
