@@ -67,6 +67,14 @@ BAD = [
 ]
 
 
+def test_version_prints_the_package_version(capsys):
+    import tomllib
+
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    code, out, err = run_main(["--version"], capsys)
+    assert (code, out, err) == (0, f"wedlm {version}\n", "")
+
+
 @pytest.mark.parametrize("port, why", [("70000", "must be <= 65535, got 70000"), ("-1", "must be >= 1, got -1"),
                                        ("0", "must be >= 1, got 0")])
 def test_serve_port_outside_tcp_range_exits_2_before_loading(port, why, capsys):

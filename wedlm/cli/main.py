@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .. import __version__
 from . import bench, chat, convert, generate, lm_eval, serve, train
 from . import eval as eval_command
 from .options import (
@@ -25,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="wedlm",
         description="Causal diffusion language models: generate, chat, serve, benchmark, evaluate, train, convert.")
+    parser.add_argument("--version", action="version", version=f"wedlm {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in COMMANDS:
         module.add_parser(sub)
