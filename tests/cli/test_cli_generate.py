@@ -106,6 +106,17 @@ def test_missing_prompt_is_a_usage_error(cli_model, capsys):
     assert "no prompt" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("mode", ["--chat", "--raw"])
+def test_empty_prompt_is_a_usage_error_naming_its_source(cli_model, capsys, monkeypatch, tmp_path, mode):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    for source, where in ((["-"], "stdin"), (["--file", str(empty)], str(empty)), ([""], "the argument")):
+        assert main(args(cli_model, *source, mode)) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and f"wedlm generate: error: prompt is empty ({where})" in err
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_missing_model_folder_is_a_clear_error_not_a_traceback(command, tmp_path, capsys):
     code = main([command, "--model", str(tmp_path / "nope"), *(["x"] if command == "generate" else [])])

@@ -68,16 +68,21 @@ def add_parser(subparsers: Any) -> None:
 
 
 def read_prompt(args: argparse.Namespace) -> str:
-    """The prompt from the argument, `--file`, or stdin ('-')."""
+    """The prompt from the argument, `--file`, or stdin ('-'); an empty one is refused (with
+    --chat it would still make a prompt, the template's, and answer a question nobody asked)."""
     if args.file is not None and args.prompt is not None:
         raise ValueError("give the prompt as an argument or with --file, not both")
     if args.file is not None:
-        return args.file.read_text()
-    if args.prompt == "-":
-        return sys.stdin.read()
-    if args.prompt is None:
+        prompt, source = args.file.read_text(), str(args.file)
+    elif args.prompt == "-":
+        prompt, source = sys.stdin.read(), "stdin"
+    elif args.prompt is None:
         raise ValueError("no prompt: pass it as an argument, with --file, or '-' for stdin")
-    return args.prompt
+    else:
+        prompt, source = args.prompt, "the argument"
+    if not prompt:
+        raise ValueError(f"prompt is empty ({source})")
+    return prompt
 
 
 def use_chat(args: argparse.Namespace, tokenizer: Any) -> bool:
