@@ -75,6 +75,22 @@ def test_version_prints_the_package_version(capsys):
     assert (code, out, err) == (0, f"wedlm {version}\n", "")
 
 
+def test_serve_on_a_taken_port_exits_2_before_loading_the_model(capsys, monkeypatch):
+    import socket
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model loaded before the port was checked")
+
+    monkeypatch.setattr("wedlm.cli.options.load_llm", no_load)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, out, err = run_main(["serve", "--port", str(port)], capsys)
+    assert code == 2 and not out
+    assert f"wedlm serve: error: --port {port}: cannot bind 127.0.0.1:{port}: Address already in use" in err
+
+
 @pytest.mark.parametrize("port, why", [("70000", "must be <= 65535, got 70000"), ("-1", "must be >= 1, got -1"),
                                        ("0", "must be >= 1, got 0")])
 def test_serve_port_outside_tcp_range_exits_2_before_loading(port, why, capsys):

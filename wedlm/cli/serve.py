@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -180,6 +181,24 @@ def run_replicas(args: argparse.Namespace) -> int:
     return 0
 
 
+def bind_problem(host: str, port: int) -> str | None:
+    """Why `host:port` cannot be bound (None when it can), found before the model loads: loading
+    a large model and then failing in uvicorn on a taken port wastes minutes. Binds and closes a
+    socket with SO_REUSEADDR, as uvicorn does (a port left in TIME_WAIT is usable, a listening one
+    is not)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as err:
+        return f"--host {host}: {err.strerror}"
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as err:
+            return f"--port {port}: cannot bind {host}:{port}: {err.strerror}"
+    return None
+
+
 def run_single(args: argparse.Namespace) -> int:
     """Build the engine and app, then serve until interrupted."""
     import uvicorn
@@ -200,6 +219,10 @@ def run_single(args: argparse.Namespace) -> int:
     if access.api_key is None and not is_loopback(args.host):
         logging.getLogger(__name__).warning("serving on %s without an API key (--api-key or $%s)",
                                             args.host, API_KEY_ENV)
+    problem = bind_problem(args.host, args.port)
+    if problem:
+        print(f"wedlm serve: error: {problem}", file=sys.stderr)
+        return 2
     llm = load_llm(args, "serve")
     if llm is None:
         return 2
