@@ -75,6 +75,27 @@ def test_version_prints_the_package_version(capsys):
     assert (code, out, err) == (0, f"wedlm {version}\n", "")
 
 
+@pytest.mark.parametrize("argv, words", [
+    (["eval", "--tasks", "count", "--limit", "1", "--out", "{tmp}"], "--out {tmp}: is a folder; expected a file name"),
+    (["eval", "--tasks", "count", "--limit", "1", "--out", "{tmp}/afile/x.json"],
+     "--out {tmp}/afile/x.json: {tmp}/afile is a file, so no folder can be made there"),
+    (["bench", "--quick", "--out-dir", "{tmp}/afile"], "--out-dir {tmp}/afile: is a file; expected a folder"),
+    (["bench", "--quick", "--out-dir", "{tmp}/afile/deeper"],
+     "--out-dir {tmp}/afile/deeper: {tmp}/afile is a file, so no folder can be made there"),
+])
+def test_unwritable_output_exits_2_before_the_run(argv, words, capsys, tmp_path, monkeypatch):
+    """The results of a long run must not be lost to a traceback at the end."""
+    def no_run(*args, **kwargs):
+        raise AssertionError("the run started before its output path was checked")
+
+    monkeypatch.setattr("wedlm.evaluate.runner.evaluate", no_run)
+    monkeypatch.setattr("wedlm.bench.runner.run_bench", no_run)
+    (tmp_path / "afile").write_text("not a folder")
+    code, out, err = run_main([a.replace("{tmp}", str(tmp_path)) for a in argv], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert f"wedlm {argv[0]}: error: " + words.replace("{tmp}", str(tmp_path)) in err
+
+
 def test_serve_on_a_taken_port_exits_2_before_loading_the_model(capsys, monkeypatch):
     import socket
 

@@ -25,6 +25,7 @@ from .options import (
     bad_knob_option,
     check_device,
     check_model,
+    check_output,
     default_model,
     int_at_least,
     non_negative_float,
@@ -313,6 +314,8 @@ def run(args: argparse.Namespace) -> int:
     apply_threads(args)
     check_device(args.device)
     check_model(args.model)
+    if args.out:
+        check_output(args.out, "--out")
     configs = decode_configs(args)
     tasks = build_tasks(args)
     llm = load_engine(args)

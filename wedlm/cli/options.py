@@ -318,6 +318,23 @@ def load_llm(args: argparse.Namespace, command: str) -> Any | None:
         return None
 
 
+def check_output(path: str | Path, flag: str, folder: bool = False) -> None:
+    """Fail early, before a long run, when its results could not be written to `path` (a file,
+    or with `folder` a folder that is made): the path is the other kind, or a file stands where
+    one of its parent folders would go.
+
+    Raises:
+        UsageError: naming `flag` and the path in the way.
+    """
+    path = Path(path)
+    if path.exists() and path.is_dir() != folder:
+        raise UsageError(f"{flag} {path}: is {'a file' if folder else 'a folder'}; expected "
+                         f"{'a folder' if folder else 'a file name'}")
+    blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise UsageError(f"{flag} {path}: {blocker} is a file, so no folder can be made there")
+
+
 def check_device(device: str) -> None:
     """Fail early, before any model loads, on a device this machine does not have.
 
