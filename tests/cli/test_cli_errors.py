@@ -256,6 +256,19 @@ def default_sigint():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def test_stdout_reader_going_away_exits_141_without_traceback():
+    """`wedlm generate ... | head -c 1`: the answer keeps streaming into a closed pipe."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "wedlm.cli.main", "generate", "--chat", "Count from 1 to 200.",
+                             "--decoding", "ar", "--temperature", "0", "--max-tokens", "1000"],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.read(1) == b"1"  # the answer is streaming
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err and "Exception ignored" not in err
+
+
 def test_ctrl_c_during_generate_exits_130_without_traceback():
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "wedlm.cli.main", "generate", "--chat", "Count from 1 to 200.",
