@@ -190,7 +190,7 @@ def decoders_for(args: argparse.Namespace) -> list[str]:
         UsageError: a name that is not a decoder.
     """
     names = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    if args.decoding:
+    if args.decoding is not None:  # given empty, it names no decoder: an error, not the default
         spec = args.decoding
     elif names == ["listops"]:
         spec = LISTOPS_DECODERS
