@@ -280,3 +280,22 @@ def test_ctrl_c_during_generate_exits_130_without_traceback():
     out, err = proc.communicate(timeout=120)
     assert first and proc.returncode == 130, err.decode()
     assert b"Traceback" not in out + err and b"interrupted" in err
+
+
+@pytest.mark.parametrize("text, words", [("{bad", "invalid JSON (Expecting property name"),
+                                         ("[1]", "expected a JSON object, got list"),
+                                         ('{"wedlm_window_size": -3}', "wedlm_window_size must be an integer >= 1")])
+@pytest.mark.parametrize("command", [["generate", "x"], ["chat"], ["serve"], ["eval", "--tasks", "count"],
+                                     ["bench", "--quick"]])
+def test_broken_generation_config_exits_2_naming_the_file(tmp_path, capsys, monkeypatch, text, words, command):
+    def no_run(*args, **kwargs):
+        raise AssertionError("the run started with a broken generation_config.json")
+
+    monkeypatch.setattr("wedlm.evaluate.runner.evaluate", no_run)
+    monkeypatch.setattr("wedlm.bench.runner.run_bench", no_run)
+    folder = model_copy(tmp_path)
+    (folder / "generation_config.json").write_text(text)
+    extra = ["--out-dir", str(tmp_path / "bench")] if command[0] == "bench" else []
+    code, out, err = run_main([*command, "--model", str(folder), *extra], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert f"wedlm {command[0]}: error: {folder / 'generation_config.json'}: {words}" in err

@@ -85,15 +85,20 @@ def non_negative_float(text: str) -> float:
 
 def check_model(path: str) -> None:
     """Fail early, before a long run starts, when `path` is not a loadable checkpoint folder
-    (the loader's own checks on config and weights, on the meta device: no memory).
+    (the loader's own checks on config and weights, on the meta device: no memory) or its
+    generation_config.json holds a value the engine would refuse when it starts.
 
     Raises:
-        UsageError: the loader's message.
+        UsageError: the loader's or the defaults' message.
     """
+    from wedlm.engine.defaults import model_decoding_defaults, model_prompt_defaults
     from wedlm.model.loader import CheckpointError, meta_model
 
     try:
         meta_model(path)
+        if Path(path).is_dir():  # a .gguf file or hub id has no folder of its own to read yet
+            model_decoding_defaults(path)
+            model_prompt_defaults(path)
     except (OSError, ValueError, CheckpointError) as err:
         raise UsageError(str(err)) from None
 
