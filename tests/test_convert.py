@@ -6,6 +6,10 @@ attention flags and mask_token_id; the tokenizer gains `<|mask|>` when missing.
 """
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -74,3 +78,36 @@ def test_converted_checkpoint_loads_in_engine(tmp_path):
         out = llm.generate(["abc"], SamplingParams(max_tokens=8, temperature=0, decoding=decoding))[0]
         assert 1 <= len(out["token_ids"]) <= 8
         assert out["stats"]["tokens_per_forward"] > 0
+
+
+def test_failed_convert_leaves_no_destination(tmp_path):
+    src = make_hf_checkpoint(tmp_path / "src", family="qwen3", tokenizer=True, vocab_size=260)
+    for bad in (-5, 260):
+        with pytest.raises(ConvertError, match=f"mask token id {bad} is outside the embedding"):
+            convert(src, tmp_path / "dst", mask_token_id=bad)
+        assert not (tmp_path / "dst").exists()
+    bare = make_hf_checkpoint(tmp_path / "bare", family="qwen3", tokenizer=False, vocab_size=260)
+    with pytest.raises(ConvertError, match="outside the embedding"):  # no tokenizer: the id is checked too
+        convert(bare, tmp_path / "dst", mask_token_id=-1)
+    with pytest.raises(ConvertError, match="no loadable tokenizer"):  # fails after the folder is made
+        convert(bare, tmp_path / "deep" / "dst")
+    assert not (tmp_path / "deep").exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine")
+    with pytest.raises(ConvertError):
+        convert(bare, kept)
+    assert (kept / "notes.txt").read_text() == "mine"  # a folder that was there stays
+
+
+def test_convert_of_the_shipped_model_prints_only_its_result(tmp_path):
+    """As a process, so the CLI's own logging setup is what prints (or not)."""
+    repo = Path(__file__).resolve().parents[1]
+    dst = tmp_path / "copy"
+    env = {**os.environ, "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "wedlm.cli.main", "convert", "models/wedlm-tiny", str(dst)],
+                          cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"wrote WeDLM checkpoint to {dst}\n"
+    assert proc.stderr == ""  # transformers' unknown-model_type warning is noise for a tokenizer load
+    assert json.loads((dst / "config.json").read_text())["mask_token_id"] == 3

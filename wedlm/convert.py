@@ -38,16 +38,16 @@ class ConvertError(ValueError):
     """A source checkpoint that cannot be converted; the message says why."""
 
 
-def _resolve_mask(src: Path, dst: Path, vocab_size: int, mask_token_id: int | None) -> int:
+def _resolve_mask(src: Path, dst: Path, mask_token_id: int | None) -> int:
     """The [MASK] id; writes the tokenizer (with `<|mask|>` added if missing) into `dst`.
 
     Raises:
-        ConvertError: no tokenizer and no explicit id, or an explicit id outside the embedding.
+        ConvertError: no tokenizer and no explicit id.
     """
-    from transformers import AutoTokenizer
+    from wedlm.tokenizer import load_tokenizer
 
     try:
-        tok = AutoTokenizer.from_pretrained(str(src))
+        tok = load_tokenizer(src)
     except (OSError, ValueError) as err:
         if mask_token_id is None:
             raise ConvertError(f"{src}: no loadable tokenizer ({err}); pass --mask-token-id") from None
@@ -57,12 +57,8 @@ def _resolve_mask(src: Path, dst: Path, vocab_size: int, mask_token_id: int | No
     elif tok.mask_token is None:
         tok.mask_token = MASK_TOKEN
     found = tok.convert_tokens_to_ids(MASK_TOKEN)
-    if mask_token_id is None:
-        mask_token_id = found
-    elif not 0 <= mask_token_id < vocab_size:
-        raise ConvertError(f"mask token id {mask_token_id} is outside the embedding (vocab_size={vocab_size})")
     tok.save_pretrained(str(dst))
-    return mask_token_id
+    return found if mask_token_id is None else mask_token_id
 
 
 def _grow_vocab(src: Path, dst: Path, weights: list[Path], vocab_size: int) -> list[Path]:
@@ -117,8 +113,23 @@ def convert(src: str | Path, dst: str | Path, mask_token_id: int | None = None,
     if not weights:
         raise ConvertError(f"{src}: no safetensors weights")
     style = ModelConfig.from_dict(raw)  # validates and derives the attention style from the family
+    if mask_token_id is not None and not 0 <= mask_token_id < raw["vocab_size"]:
+        raise ConvertError(f"mask token id {mask_token_id} is outside the embedding (vocab_size={raw['vocab_size']})")
+    made = next((p for p in reversed([dst, *dst.parents]) if not p.exists()), None)  # topmost new folder
     dst.mkdir(parents=True, exist_ok=True)
-    mask_id = _resolve_mask(src, dst, raw["vocab_size"], mask_token_id)
+    try:
+        _write(src, dst, raw, weights, style, mask_token_id)
+    except BaseException:  # a failed conversion leaves no half-written checkpoint behind
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
+        raise
+    return dst
+
+
+def _write(src: Path, dst: Path, raw: dict, weights: list[Path], style: ModelConfig,
+           mask_token_id: int | None) -> None:
+    """Write tokenizer, weights, generation_config.json and the WeDLM config.json into `dst`."""
+    mask_id = _resolve_mask(src, dst, mask_token_id)
     grown = []
     if mask_id >= raw["vocab_size"]:
         new_size = -(-(mask_id + 1) // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
@@ -134,4 +145,3 @@ def convert(src: str | Path, dst: str | Path, mask_token_id: int | None = None,
         if (src / name).is_file():
             shutil.copyfile(src / name, dst / name)
     (dst / "config.json").write_text(json.dumps(raw, indent=2) + "\n")
-    return dst

@@ -43,8 +43,20 @@ def load_tokenizer(path: str | Path):
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    """Parsed JSON object of `path`, or {} when the file does not exist."""
-    return json.loads(path.read_text()) if path.is_file() else {}
+    """Parsed JSON object of `path`, or {} when the file does not exist.
+
+    Raises:
+        ValueError: the file is not JSON, or not a JSON object (the message names the file).
+    """
+    if not path.is_file():
+        return {}
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: invalid JSON ({err})") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(raw).__name__}")
+    return raw
 
 
 def stop_token_ids(tokenizer, path: str | Path) -> list[int]:

@@ -48,6 +48,16 @@ def test_reset_system_and_colour(cli_llm):
     assert "\x1b[" in out.getvalue() and "(conversation cleared)" in out.getvalue()
 
 
+def test_unknown_command_is_named_and_sends_nothing(cli_llm):
+    out = io.StringIO()
+    session = ChatSession(cli_llm, SamplingParams(temperature=0.0, max_tokens=4), out)
+    repl(session, scripted(["/rest", "/help"]))
+    help_line = "commands: /reset (forget the conversation), /system TEXT (set the system message), /help, /exit"
+    assert out.getvalue().splitlines() == ["wedlm chat: " + help_line, "unknown command /rest; " + help_line,
+                                           help_line, ""]  # "" : the newline at end of input
+    assert session.messages() == []
+
+
 def test_chat_command_end_to_end(cli_model, monkeypatch, capsys):
     monkeypatch.setattr("builtins.input", scripted(["Hello", "/exit"]))
     code = main(["chat", "--model", str(cli_model), "--max-model-len", "256", "--max-tokens", "5",

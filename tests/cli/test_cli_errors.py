@@ -15,7 +15,7 @@ import pytest
 
 from wedlm import SamplingParams
 from wedlm.cli.chat import ChatSession, repl
-from wedlm.cli.main import main
+from wedlm.cli.main import build_parser, main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -65,6 +65,62 @@ BAD = [
     ["nosuchcommand"],
     [],
 ]
+
+
+def test_version_prints_the_package_version(capsys):
+    import re
+
+    version = re.search(r'^version = "([^"]+)"$', (REPO / "pyproject.toml").read_text(), re.M).group(1)
+    code, out, err = run_main(["--version"], capsys)
+    assert (code, out, err) == (0, f"wedlm {version}\n", "")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["eval", "--tasks", "count", "--limit", "1", "--out", "{tmp}"], "--out {tmp}: is a folder; expected a file name"),
+    (["eval", "--tasks", "count", "--limit", "1", "--out", "{tmp}/afile/x.json"],
+     "--out {tmp}/afile/x.json: {tmp}/afile is a file, so no folder can be made there"),
+    (["bench", "--quick", "--out-dir", "{tmp}/afile"], "--out-dir {tmp}/afile: is a file; expected a folder"),
+    (["bench", "--quick", "--out-dir", "{tmp}/afile/deeper"],
+     "--out-dir {tmp}/afile/deeper: {tmp}/afile is a file, so no folder can be made there"),
+])
+def test_unwritable_output_exits_2_before_the_run(argv, words, capsys, tmp_path, monkeypatch):
+    """The results of a long run must not be lost to a traceback at the end."""
+    def no_run(*args, **kwargs):
+        raise AssertionError("the run started before its output path was checked")
+
+    monkeypatch.setattr("wedlm.evaluate.runner.evaluate", no_run)
+    monkeypatch.setattr("wedlm.bench.runner.run_bench", no_run)
+    (tmp_path / "afile").write_text("not a folder")
+    code, out, err = run_main([a.replace("{tmp}", str(tmp_path)) for a in argv], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert f"wedlm {argv[0]}: error: " + words.replace("{tmp}", str(tmp_path)) in err
+
+
+def test_serve_on_a_taken_port_exits_2_before_loading_the_model(capsys, monkeypatch):
+    import socket
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model loaded before the port was checked")
+
+    monkeypatch.setattr("wedlm.cli.options.load_llm", no_load)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, out, err = run_main(["serve", "--port", str(port)], capsys)
+    assert code == 2 and not out
+    assert f"wedlm serve: error: --port {port}: cannot bind 127.0.0.1:{port}: Address already in use" in err
+
+
+@pytest.mark.parametrize("port, why", [("70000", "must be <= 65535, got 70000"), ("-1", "must be >= 1, got -1"),
+                                       ("0", "must be >= 1, got 0")])
+def test_serve_port_outside_tcp_range_exits_2_before_loading(port, why, capsys):
+    """Parsed alone: with a port out of range `wedlm serve` would otherwise load the model and bind
+    something else (70000 wraps) or fail in uvicorn with its own status."""
+    with pytest.raises(SystemExit) as done:
+        build_parser().parse_args(["serve", "--port", port])
+    assert done.value.code == 2
+    assert f"wedlm serve: error: argument --port: {why}" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv", BAD, ids=lambda a: " ".join(a) or "(none)")
@@ -200,6 +256,19 @@ def default_sigint():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def test_stdout_reader_going_away_exits_141_without_traceback():
+    """`wedlm generate ... | head -c 1`: the answer keeps streaming into a closed pipe."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "wedlm.cli.main", "generate", "--chat", "Count from 1 to 200.",
+                             "--decoding", "ar", "--temperature", "0", "--max-tokens", "1000"],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.read(1) == b"1"  # the answer is streaming
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err and "Exception ignored" not in err
+
+
 def test_ctrl_c_during_generate_exits_130_without_traceback():
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "wedlm.cli.main", "generate", "--chat", "Count from 1 to 200.",
@@ -211,3 +280,22 @@ def test_ctrl_c_during_generate_exits_130_without_traceback():
     out, err = proc.communicate(timeout=120)
     assert first and proc.returncode == 130, err.decode()
     assert b"Traceback" not in out + err and b"interrupted" in err
+
+
+@pytest.mark.parametrize("text, words", [("{bad", "invalid JSON (Expecting property name"),
+                                         ("[1]", "expected a JSON object, got list"),
+                                         ('{"wedlm_window_size": -3}', "wedlm_window_size must be an integer >= 1")])
+@pytest.mark.parametrize("command", [["generate", "x"], ["chat"], ["serve"], ["eval", "--tasks", "count"],
+                                     ["bench", "--quick"]])
+def test_broken_generation_config_exits_2_naming_the_file(tmp_path, capsys, monkeypatch, text, words, command):
+    def no_run(*args, **kwargs):
+        raise AssertionError("the run started with a broken generation_config.json")
+
+    monkeypatch.setattr("wedlm.evaluate.runner.evaluate", no_run)
+    monkeypatch.setattr("wedlm.bench.runner.run_bench", no_run)
+    folder = model_copy(tmp_path)
+    (folder / "generation_config.json").write_text(text)
+    extra = ["--out-dir", str(tmp_path / "bench")] if command[0] == "bench" else []
+    code, out, err = run_main([*command, "--model", str(folder), *extra], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert f"wedlm {command[0]}: error: {folder / 'generation_config.json'}: {words}" in err

@@ -3,6 +3,8 @@ unless the command line says otherwise."""
 
 import json
 
+import pytest
+
 from wedlm.cli.eval import decode_configs
 from wedlm.cli.main import build_parser
 
@@ -21,3 +23,22 @@ def test_engine_defaults_without_generation_config(tmp_path):
     assert [(c.decoding, c.tau, c.lam) for c in decode_configs(args)] == [("ar", 0.4, 0.02), ("wedlm", 0.4, 0.02)]
     args = build_parser().parse_args(["eval", "--model", str(tmp_path), "--tasks", "equation"])
     assert [c.decoding for c in decode_configs(args)] == ["wedlm"]
+
+
+@pytest.mark.parametrize("decoding, tasks, want", [
+    (None, "count,addsub,listops", ["ar", "wedlm"]), (None, "listops", ["ar", "wedlm", "verified"]),
+    (None, "gsm8k", ["wedlm"]), ("verified, ar", "count", ["verified", "ar"]),
+    ("", "count", None), (" , ", "count", None), ("ar,fast", "count", None),
+])
+def test_decoding_list_empty_or_unknown_is_a_usage_error(decoding, tasks, want):
+    import argparse
+
+    from wedlm.cli.eval import decoders_for
+    from wedlm.cli.options import UsageError
+
+    args = argparse.Namespace(decoding=decoding, tasks=tasks)
+    if want is not None:
+        assert decoders_for(args) == want
+    else:
+        with pytest.raises(UsageError, match="--decoding: unknown decoder"):
+            decoders_for(args)

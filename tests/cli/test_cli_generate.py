@@ -33,6 +33,21 @@ def test_help_documents_every_option(name, capsys):
             assert option in out
 
 
+@pytest.mark.parametrize("name", COMMANDS)
+def test_window_size_help_names_where_its_default_comes_from(name, cli_model, tmp_path):
+    """The engine takes W from the model's generation_config.json before its own 16."""
+    import shutil
+
+    from wedlm import LLM
+
+    action = next(a for a in sub_parser(name)._actions if "--window-size" in a.option_strings)
+    assert action.help.endswith("default: the model's generation_config.json, else 16")
+    folder = tmp_path / "w8"
+    shutil.copytree(cli_model, folder)
+    (folder / "generation_config.json").write_text(json.dumps({"wedlm_window_size": 8}))
+    assert LLM(model=str(folder), max_model_len=64, enforce_eager=True).engine.window_size == 8
+
+
 def args(model, *extra):
     return ["generate", "--model", str(model), "--max-model-len", "256", "--temperature", "0", *extra]
 
@@ -68,6 +83,14 @@ def test_chat_flag_uses_the_template(cli_model, cli_llm, capsys):
     assert json.loads(capsys.readouterr().out)["token_ids"] == want["token_ids"]
 
 
+@pytest.mark.parametrize("mode", [["--raw"], ["--no-chat"], []])
+def test_system_without_the_chat_template_is_a_usage_error(cli_model, capsys, mode):
+    """cli_model is not chat-only, so no flag means the raw prompt too."""
+    assert main(args(cli_model, "Hi", "--system", "Be brief.", "--max-tokens", "2", *mode)) == 2
+    err = capsys.readouterr().err
+    assert "wedlm generate: error: --system needs the chat template (--chat)" in err
+
+
 @pytest.mark.parametrize("extra,field", [
     (["--top-p", "2"], "top_p"),
     (["--max-tokens", "0"], "max_tokens"),
@@ -81,6 +104,17 @@ def test_bad_parameters_exit_2_naming_the_field(cli_model, capsys, extra, field)
 def test_missing_prompt_is_a_usage_error(cli_model, capsys):
     assert main(args(cli_model)) == 2
     assert "no prompt" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("mode", ["--chat", "--raw"])
+def test_empty_prompt_is_a_usage_error_naming_its_source(cli_model, capsys, monkeypatch, tmp_path, mode):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    for source, where in ((["-"], "stdin"), (["--file", str(empty)], str(empty)), ([""], "the argument")):
+        assert main(args(cli_model, *source, mode)) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and f"wedlm generate: error: prompt is empty ({where})" in err
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -121,3 +155,16 @@ def test_stop_rule_flags_reach_sampling_params(flags, by_ar, in_run):
     p = sampling_params_from_args(build_parser().parse_args(["generate", "--model", "m", "hi", *flags]))
     assert p.wedlm_stop_by_ar is (MODEL_DEFAULT if by_ar is None else by_ar)
     assert p.wedlm_stop_in_run is (MODEL_DEFAULT if in_run is None else in_run)
+
+
+def test_readme_system_message_claim_holds_on_the_shipped_model(capsys):
+    """README.md, "The shipped model": a system message it never saw breaks its arithmetic."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    assert '`--system "Be brief."` "What is 47 + 38?" comes out `37 + 38 = 80`' in (repo / "README.md").read_text()
+    base = ["generate", "--model", str(repo / "models" / "wedlm-tiny"), "--chat", "--temperature", "0"]
+    assert main([*base, "What is 47 + 38?"]) == 0
+    assert capsys.readouterr().out == "47 + 38 = 85\n"
+    assert main([*base, "--system", "Be brief.", "What is 47 + 38?"]) == 0
+    assert capsys.readouterr().out == "37 + 38 = 80\n"

@@ -48,12 +48,13 @@ def test_regex_and_choice(cli_model, capsys):
 
 
 @pytest.mark.parametrize("extra,words", [
-    (["--regex", "("], "regex"),
-    (["--json-schema", '{"type": "objec"}'], "json_schema"),
+    (["--regex", "("], "error: --regex: regex is not a valid regular expression"),
+    (["--json-schema", '{"type": "objec"}'], "error: --json-schema: json_schema is not a valid JSON schema"),
     (["--json-schema", "{oops"], "--json-schema"),
     (["--json-schema", "/no/such/schema.json"], "--json-schema"),
     (["--regex", "a", "--choice", "a"], "not allowed with"),
-    (["--regex", "a+", "--ignore-eos"], "ignore_eos"),
+    (["--regex", "a+", "--ignore-eos"], "error: --regex: structured cannot be combined with ignore_eos"),
+    (["--choice", "a", "--ignore-eos"], "error: --choice: structured cannot be combined with ignore_eos"),
 ])
 def test_bad_structured_options_exit_2(cli_model, capsys, extra, words):
     code, out, err = run_main(generate(cli_model, *extra), capsys)

@@ -69,11 +69,26 @@ def test_add_request_errors_name_the_limit(make_llm):
         llm.add_request(5, GREEDY_AR)
     with pytest.raises(ValueError, match="prompt must be a string or a list of token ids, got NoneType"):
         llm.add_request(None, GREEDY_AR)
+    with pytest.raises(ValueError, match="prompt must be a string or a list of token ids, got bytes"):
+        llm.add_request(b"hi", GREEDY_AR)  # bytes iterate as ints, which are not token ids
     llm.add_request([1], GREEDY_AR, request_id="dup")
     with pytest.raises(ValueError, match="already in use"):
         llm.add_request([1], GREEDY_AR, request_id="dup")
     assert llm.abort("dup").finish_reason == "abort"
     assert llm.metrics()["kv_blocks_free"] == llm.metrics()["kv_blocks_total"]
+
+
+@pytest.mark.parametrize("bad, name", [({"temperature": 0, "max_tokens": 2}, "dict"), ("greedy", "str"), (5, "int")])
+def test_sampling_params_of_the_wrong_type_is_named(make_llm, bad, name):
+    """A dict is iterable (its keys): without the type check it was counted as two params for one prompt."""
+    llm = make_llm(max_model_len=32)
+    for call in (llm.generate, lambda *a: list(llm.generate_stream(*a))):
+        with pytest.raises(ValueError, match=f"sampling_params must be a SamplingParams or a list of them, "
+                                             f"got {name}$") as info:
+            call([[1, 2]], bad)
+        assert info.value.param == "sampling_params"
+    assert not llm.has_unfinished()
+    assert [len(o["token_ids"]) for o in llm.generate([[1, 2]], [GREEDY_AR])] == [GREEDY_AR.max_tokens]
 
 
 def test_llm_properties(llm, tiny_path):

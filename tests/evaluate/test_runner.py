@@ -8,7 +8,7 @@ import torch
 
 from wedlm.cli.main import main
 from wedlm.evaluate.gsm8k import gsm8k_task
-from wedlm.evaluate.runner import DecodeConfig, evaluate_task, render_prompts, use_chat
+from wedlm.evaluate.runner import WARM_UP_TOKENS, DecodeConfig, evaluate, evaluate_task, render_prompts, use_chat
 from wedlm.evaluate.synthetic import synthetic_task
 from wedlm.testing import byte_tokenizer
 
@@ -54,6 +54,27 @@ def test_oracle_answers_score_100_percent_and_stops_are_cut(tmp_path):
     assert params.temperature == 0.0 and params.decoding == "ar" and "\nQuestion:" in params.stop_strings
     assert all("Question" not in s["output"] for s in report["samples"])
     assert report["metrics"]["tokens_per_forward"] == 1.0 and report["prompt_style"] == "raw"
+
+
+def test_evaluate_warms_up_each_batch_shape_before_timing(tmp_path):
+    """The compiled forward builds a graph per batch shape on first use; `evaluate` runs those
+    generations untimed (batch 1 and the batch size) before the scored ones."""
+    records = [{"question": f"What is {i} + {i}?", "answer": f"{i} + {i} = {2 * i}\n#### {2 * i}"} for i in range(6)]
+    path = tmp_path / "g.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    task = gsm8k_task(path, n_shot=1)
+    llm = OracleLLM({})
+    prompts = render_prompts(llm.tokenizer, task.items, chat=False)
+    llm.answers = {tuple(p): f" so #### {item.reference}" for p, item in zip(prompts, task.items)}
+    reports = evaluate(llm, [task], DecodeConfig(decoding="wedlm", tau=0.3), prompt_style="raw", batch_size=3,
+                       progress=False)
+    assert [n for n, _ in llm.calls] == [1, 3, 3, 2]
+    warm, timed = llm.calls[:2], llm.calls[2:]
+    assert all(p.max_tokens == WARM_UP_TOKENS and p.decoding == "wedlm" for _, p in warm)
+    assert all(p.max_tokens == task.max_tokens for _, p in timed)
+    assert warm[0][1].wedlm_entropy_threshold == timed[0][1].wedlm_entropy_threshold == 0.3
+    assert len(reports) == 1 and reports[0]["n"] == 5 and reports[0]["correct"] == 5
+    assert reports[0]["metrics"]["decode_tokens"] == sum(len(f" so #### {i.reference}") for i in task.items)
 
 
 def test_engine_on_tiny_random_model(ckpt_factory, single_thread):

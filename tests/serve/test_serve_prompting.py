@@ -38,3 +38,24 @@ def test_bad_prompting_value_is_named(tiny_wedlm, tmp_path):
 
     with pytest.raises(ValueError, match="wedlm_single_turn must be true or false"):
         prompting(Fake())
+
+
+@pytest.mark.parametrize("body, library_param, param", [
+    ({"prompt": "a", "echo": True, "logprobs": 1}, "prompt_logprobs", "echo"),
+    ({"prompt": "a", "guided_regex": "a+"}, "structured", "guided_regex"),
+    ({"messages": [{"role": "user", "content": "a"}], "response_format": {"type": "json_object"}},
+     "structured.json_object", "response_format"),
+    ({"messages": [{"role": "user", "content": "a"}]}, "prompt", "messages"),
+    ({"messages": [{"role": "user", "content": "a"}], "max_completion_tokens": 5}, "max_tokens",
+     "max_completion_tokens"),
+    ({"prompt": "a"}, "max_tokens", "max_tokens"),
+])
+def test_library_refusals_name_the_field_the_client_sent(body, library_param, param):
+    from wedlm.engine.errors import RequestError
+    from wedlm.serve.prompts import refusal
+    from wedlm.serve.schemas import ChatCompletionRequest, CompletionRequest
+
+    req = (ChatCompletionRequest if "messages" in body else CompletionRequest).model_validate(body)
+    err = refusal(RequestError(library_param, "the library's message"), req)
+    assert (err.param, err.status) == (param, 400)
+    assert str(err) == f"Invalid value for '{param}': the library's message"

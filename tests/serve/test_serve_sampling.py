@@ -158,3 +158,17 @@ def test_completions_legacy_logprobs_with_echo(url, library):
                 merged[key] += part["logprobs"][key]
     assert text == choice["text"] and merged == {key: lp[key] for key in merged}
     assert lp["distribution"] == "ar_head"
+
+
+def test_fields_of_the_other_endpoint_are_ignored(url):
+    """Unknown fields are ignored: `echo` (a completions field) leaves a chat answer as it is,
+    streamed or not, and a `messages` key does not turn a completions body's logprobs into chat's."""
+    plain = chat(url).json()["choices"][0]["message"]["content"]
+    assert plain.startswith("1, 2, 3")
+    assert chat(url, echo=True).json()["choices"][0]["message"]["content"] == plain
+    chunks = events(url, "/v1/chat/completions", messages=COUNT, max_tokens=40, temperature=0, echo=True)
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]) == plain
+    body = {"prompt": "Tom, Anna,", "max_tokens": 6, "temperature": 0, "decoding": "ar", "logprobs": 0}
+    want = post(url, "/v1/completions", **body).json()["choices"][0]["logprobs"]
+    assert want is not None and want["tokens"]
+    assert post(url, "/v1/completions", **body, messages=COUNT).json()["choices"][0]["logprobs"] == want

@@ -74,6 +74,9 @@ def test_json_object_and_vllm_fields(base_url):
     ({"guided_choice": []}, "guided_choice"),
     ({"structured_outputs": {"grammar": "root ::= 'a'"}}, "structured_outputs"),
     ({"structured_outputs": {"regex": "[a-"}}, "structured_outputs"),
+    # the library's refusal names its own field, `structured`; the server names the one sent
+    ({"guided_choice": ["yes"], "ignore_eos": True}, "guided_choice"),
+    ({"response_format": {"type": "json_object"}, "ignore_eos": True}, "response_format"),
 ])
 def test_bad_constraints_are_400s_naming_the_field_and_queue_nothing(base_url, server, fields, param,
                                                                      monkeypatch):

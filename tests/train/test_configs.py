@@ -48,3 +48,30 @@ def test_yaml_exponent_without_dot_is_read_as_a_float(tmp_path):
 def test_bad_numeric_value_names_the_field(key, value, match):
     with pytest.raises(ValueError, match=match):
         _cfg(**{key: value})
+
+
+@pytest.mark.parametrize("key,value,match", [
+    ("lr", -1e-3, r"lr must be > 0 and finite, got -0.001"),
+    ("lr", 0, r"lr must be > 0 and finite, got 0.0"),
+    ("lr", "nan", r"lr must be > 0 and finite, got nan"),
+    ("min_lr", -1, r"min_lr must be >= 0 and finite, got -1.0"),
+    ("weight_decay", "inf", r"weight_decay must be >= 0 and finite, got inf"),
+    ("ar_weight", -0.5, r"ar_weight must be >= 0 and finite, got -0.5"),
+    ("grad_clip", 0, r"grad_clip must be > 0 and finite, got 0.0"),
+    ("init_std", -0.02, r"init_std must be > 0 and finite, got -0.02"),
+    ("warmup_steps", -1, r"warmup_steps must be >= 0, got -1"),
+    ("log_every", 0, r"log_every must be >= 1, got 0"),
+    ("keep_checkpoints", 0, r"keep_checkpoints must be >= 1, got 0"),
+    ("max_minutes", 0, r"max_minutes must be > 0 and finite \(or null\), got 0.0"),
+    ("stop_after_steps", 0, r"stop_after_steps must be >= 1 \(or null\), got 0"),
+    ("data_limit", -5, r"data_limit must be >= 1 \(or null\), got -5"),
+    ("num_threads", 0, r"num_threads must be >= 1 \(or null\), got 0"),
+])
+def test_out_of_range_value_names_the_field_and_its_range(key, value, match):
+    with pytest.raises(ValueError, match=match):
+        _cfg(**{key: value})
+
+
+def test_zero_warmup_and_ar_weight_and_unset_limits_are_valid():
+    cfg = _cfg(warmup_steps=0, ar_weight=0, min_lr=0, weight_decay=0, max_minutes=None, data_limit=None)
+    assert (cfg.warmup_steps, cfg.ar_weight, cfg.min_lr, cfg.max_minutes) == (0, 0.0, 0.0, None)

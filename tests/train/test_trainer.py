@@ -162,3 +162,30 @@ def test_random_block_offset_reaches_the_draw_and_refuses_flex(make_cfg, train_e
     assert shifted["mask_loss"] != pytest.approx(fixed["mask_loss"], rel=1e-6)
     with pytest.raises(ValueError, match="random_block_offset"):
         TrainConfig(**make_cfg(tmp_path / "bad", random_block_offset=True, attention="flex"))
+
+
+def test_docs_cache_cut_short_leaves_no_cache(make_cfg, tmp_path, monkeypatch):
+    """A tokenised-docs save interrupted half way (Ctrl-C) must not leave a docs.pt the resumed
+    run would fail to load; the next run rebuilds it."""
+    import types
+
+    from wedlm.tokenizer import load_tokenizer
+    from wedlm.train.trainer import load_docs
+
+    cfg = TrainConfig(**make_cfg(tmp_path / "run"))
+    tok = load_tokenizer(cfg.tokenizer)
+    accelerator = types.SimpleNamespace(wait_for_everyone=lambda: None)
+    save = torch.save
+
+    def cut_short(obj, path):
+        Path(path).write_bytes(b"PK\x03\x04 half a zip")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", cut_short)
+    with pytest.raises(KeyboardInterrupt):
+        load_docs(cfg, tok, True, accelerator)
+    assert not (cfg.run_dir / "docs.pt").exists()
+    monkeypatch.setattr(torch, "save", save)
+    docs = load_docs(cfg, tok, True, accelerator)
+    assert len(docs) == 60 and (cfg.run_dir / "docs.pt").is_file()
+    assert [d.ids for d in load_docs(cfg, tok, True, accelerator)] == [d.ids for d in docs]  # from the cache

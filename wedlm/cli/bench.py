@@ -23,6 +23,7 @@ from .options import (
     bad_knob_option,
     check_device,
     check_model,
+    check_output,
     default_model,
     int_at_least,
     non_negative_float,
@@ -223,6 +224,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     apply_threads(args)
     check_device(args.device)
+    check_output(args.out_dir, "--out-dir", folder=True)
     if args.slot_cost:
         return run_slot_cost_section(args)
     argv = sys.argv[1:] if sys.argv[1:2] == ["bench"] else ["bench", "..."]

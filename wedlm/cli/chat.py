@@ -95,8 +95,10 @@ class ChatSession:
         elif name == "/system":
             self.system = rest.strip() or None
             self.out.write(f"(system message {'set' if self.system else 'cleared'})\n")
-        else:
+        elif name == "/help":
             self.out.write(HELP + "\n")
+        else:  # a typo must not look like it did something
+            self.out.write(f"unknown command {name}; {HELP}\n")
         return True
 
     def answer(self, user: str) -> str:

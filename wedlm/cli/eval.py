@@ -25,6 +25,7 @@ from .options import (
     bad_knob_option,
     check_device,
     check_model,
+    check_output,
     default_model,
     int_at_least,
     non_negative_float,
@@ -47,7 +48,7 @@ EXAMPLES = """examples:
   wedlm eval                                           # the shipped model's held-out suites, ar and wedlm
   wedlm eval --limit count=200,addsub=100,listops=150 --decoding ar,wedlm,verified   # the model card's table
   wedlm eval --tasks addsub --decoding wedlm,verified --limit 20
-  wedlm eval --tasks listops --limit 30                # per operation: AR, WeDLM (+ tok/fwd), verified
+  wedlm eval --tasks listops --limit 30                # 30 items; a row per operation: AR, WeDLM (+ tok/fwd), verified
   wedlm eval --tasks listops --data parallelbench/test  # not run by tests: needs ParallelBench-layout files
   wedlm eval --model /models/WeDLM-8B-Instruct --device cuda --dtype bfloat16 \\
              --tasks gsm8k,humaneval --gsm8k-file gsm8k_test.jsonl --n-shot 4   # not run by tests: needs a GPU
@@ -189,7 +190,7 @@ def decoders_for(args: argparse.Namespace) -> list[str]:
         UsageError: a name that is not a decoder.
     """
     names = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    if args.decoding:
+    if args.decoding is not None:  # given empty, it names no decoder: an error, not the default
         spec = args.decoding
     elif names == ["listops"]:
         spec = LISTOPS_DECODERS
@@ -313,6 +314,8 @@ def run(args: argparse.Namespace) -> int:
     apply_threads(args)
     check_device(args.device)
     check_model(args.model)
+    if args.out:
+        check_output(args.out, "--out")
     configs = decode_configs(args)
     tasks = build_tasks(args)
     llm = load_engine(args)

@@ -55,7 +55,7 @@ def add_parser(subparsers: Any) -> None:
                              "raw text); default: --chat when the model folder's generation_config.json says "
                              "wedlm_chat_only, else raw")
     parser.add_argument("--raw", dest="chat", action="store_false", help="the same as --no-chat")
-    parser.add_argument("--system", default=None, help="system message (with --chat)")
+    parser.add_argument("--system", default=None, help="system message (needs the chat template: --chat)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object: text, token_ids, finish_reason and stats (and logprobs)")
     parser.add_argument("--logprobs", type=int, default=None, metavar="K",
@@ -68,16 +68,21 @@ def add_parser(subparsers: Any) -> None:
 
 
 def read_prompt(args: argparse.Namespace) -> str:
-    """The prompt from the argument, `--file`, or stdin ('-')."""
+    """The prompt from the argument, `--file`, or stdin ('-'); an empty one is refused (with
+    --chat it would still make a prompt, the template's, and answer a question nobody asked)."""
     if args.file is not None and args.prompt is not None:
         raise ValueError("give the prompt as an argument or with --file, not both")
     if args.file is not None:
-        return args.file.read_text()
-    if args.prompt == "-":
-        return sys.stdin.read()
-    if args.prompt is None:
+        prompt, source = args.file.read_text(), str(args.file)
+    elif args.prompt == "-":
+        prompt, source = sys.stdin.read(), "stdin"
+    elif args.prompt is None:
         raise ValueError("no prompt: pass it as an argument, with --file, or '-' for stdin")
-    return args.prompt
+    else:
+        prompt, source = args.prompt, "the argument"
+    if not prompt:
+        raise ValueError(f"prompt is empty ({source})")
+    return prompt
 
 
 def use_chat(args: argparse.Namespace, tokenizer: Any) -> bool:
@@ -99,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         chat = use_chat(args, llm.tokenizer)
+        if args.system is not None and not chat:  # dropping it silently would answer another question
+            raise ValueError("--system needs the chat template (--chat); the raw prompt has no system message")
         if chat:
             system = [{"role": "system", "content": args.system}] if args.system else []
             ids = chat_prompt(llm.tokenizer, system + [{"role": "user", "content": prompt}])

@@ -58,6 +58,20 @@ def int_at_least(low: int) -> Callable[[str], int]:
     return parse
 
 
+def int_between(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer in [`low`, `high`] (argparse reports anything else with exit status 2)."""
+    at_least = int_at_least(low)
+
+    def parse(text: str) -> int:
+        value = at_least(text)
+        if value > high:
+            raise argparse.ArgumentTypeError(f"must be <= {high}, got {value}")
+        return value
+
+    parse.__name__ = f"integer in [{low}, {high}]"
+    return parse
+
+
 def non_negative_float(text: str) -> float:
     """An argparse type: a finite number >= 0."""
     try:
@@ -71,15 +85,20 @@ def non_negative_float(text: str) -> float:
 
 def check_model(path: str) -> None:
     """Fail early, before a long run starts, when `path` is not a loadable checkpoint folder
-    (the loader's own checks on config and weights, on the meta device: no memory).
+    (the loader's own checks on config and weights, on the meta device: no memory) or its
+    generation_config.json holds a value the engine would refuse when it starts.
 
     Raises:
-        UsageError: the loader's message.
+        UsageError: the loader's or the defaults' message.
     """
+    from wedlm.engine.defaults import model_decoding_defaults, model_prompt_defaults
     from wedlm.model.loader import CheckpointError, meta_model
 
     try:
         meta_model(path)
+        if Path(path).is_dir():  # a .gguf file or hub id has no folder of its own to read yet
+            model_decoding_defaults(path)
+            model_prompt_defaults(path)
     except (OSError, ValueError, CheckpointError) as err:
         raise UsageError(str(err)) from None
 
@@ -118,7 +137,8 @@ def add_engine_args(parser: argparse.ArgumentParser, one_answer: bool = False) -
     add_revision_arg(group)
     group.add_argument("--wedlm-window-size", "--window-size", dest="window_size", type=int, default=None,
                        metavar="W",
-                       help="WeDLM decoding window W (slots decoded in parallel); default: the engine's (16)")
+                       help="WeDLM decoding window W (slots decoded in parallel); default: the model's "
+                            "generation_config.json, else 16")
     group.add_argument("--max-model-len", type=int, default=None, metavar="N",
                        help="context length (prompt + generated tokens); default: the model's")
     group.add_argument("--max-num-seqs", type=int, default=None, metavar="N",
@@ -301,6 +321,23 @@ def load_llm(args: argparse.Namespace, command: str) -> Any | None:
     except (OSError, ValueError, CheckpointError) as err:
         print(f"wedlm {command}: error: {err}", file=sys.stderr)
         return None
+
+
+def check_output(path: str | Path, flag: str, folder: bool = False) -> None:
+    """Fail early, before a long run, when its results could not be written to `path` (a file,
+    or with `folder` a folder that is made): the path is the other kind, or a file stands where
+    one of its parent folders would go.
+
+    Raises:
+        UsageError: naming `flag` and the path in the way.
+    """
+    path = Path(path)
+    if path.exists() and path.is_dir() != folder:
+        raise UsageError(f"{flag} {path}: is {'a file' if folder else 'a folder'}; expected "
+                         f"{'a folder' if folder else 'a file name'}")
+    blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise UsageError(f"{flag} {path}: {blocker} is a file, so no folder can be made there")
 
 
 def check_device(device: str) -> None:

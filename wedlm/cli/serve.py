@@ -15,11 +15,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any
 
-from .options import UsageError, add_engine_args, int_at_least
+from .options import UsageError, add_engine_args, int_at_least, int_between
 
 API_KEY_ENV = "WEDLM_API_KEY"
 
@@ -46,7 +47,8 @@ def add_parser(subparsers: Any) -> None:
                     "extra body fields: decoding, wedlm_window_size, wedlm_entropy_threshold, wedlm_pos_penalty_factor.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
-    parser.add_argument("--port", type=int, default=8000, help="port to bind (default: %(default)s)")
+    parser.add_argument("--port", type=int_between(1, 65535), default=8000,
+                        help="TCP port to bind, 1..65535 (default: %(default)s)")
     parser.add_argument("--served-model-name", default=None, metavar="NAME",
                         help="the `model` name clients send; default: the model folder's name")
     parser.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"),
@@ -179,6 +181,24 @@ def run_replicas(args: argparse.Namespace) -> int:
     return 0
 
 
+def bind_problem(host: str, port: int) -> str | None:
+    """Why `host:port` cannot be bound (None when it can), found before the model loads: loading
+    a large model and then failing in uvicorn on a taken port wastes minutes. Binds and closes a
+    socket with SO_REUSEADDR, as uvicorn does (a port left in TIME_WAIT is usable, a listening one
+    is not)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as err:
+        return f"--host {host}: {err.strerror}"
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as err:
+            return f"--port {port}: cannot bind {host}:{port}: {err.strerror}"
+    return None
+
+
 def run_single(args: argparse.Namespace) -> int:
     """Build the engine and app, then serve until interrupted."""
     import uvicorn
@@ -199,6 +219,10 @@ def run_single(args: argparse.Namespace) -> int:
     if access.api_key is None and not is_loopback(args.host):
         logging.getLogger(__name__).warning("serving on %s without an API key (--api-key or $%s)",
                                             args.host, API_KEY_ENV)
+    problem = bind_problem(args.host, args.port)
+    if problem:
+        print(f"wedlm serve: error: {problem}", file=sys.stderr)
+        return 2
     llm = load_llm(args, "serve")
     if llm is None:
         return 2

@@ -43,7 +43,11 @@ def with_structured(args: argparse.Namespace, params: Any) -> Any:
         fields["choice"] = args.choice
     if not fields:
         return params
-    return dataclasses.replace(params, structured=fields)
+    flag = "--" + next(iter(fields)).replace("_", "-")
+    try:
+        return dataclasses.replace(params, structured=fields)
+    except ValueError as err:  # the library names its own field, `structured`; the user typed the flag
+        raise ValueError(f"{flag}: {err}") from None
 
 
 def read_schema(value: str) -> dict:

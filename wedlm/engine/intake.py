@@ -52,6 +52,8 @@ def encode_prompt(prompt: str | Iterable[int], tokenizer, vocab_size: int) -> li
         RequestError (param "prompt"): no tokenizer for a string, a non-sequence, ids out
             of range or not integers (bools included), an empty prompt.
     """
+    if isinstance(prompt, (bytes, bytearray)):  # iterable as ints, but its bytes are not token ids
+        raise RequestError("prompt", f"prompt must be a string or a list of token ids, got {type(prompt).__name__}")
     if isinstance(prompt, str):
         if tokenizer is None:
             raise RequestError("prompt", "prompt is a string but the model folder has no tokenizer; "

@@ -12,7 +12,7 @@ server drives from its single loop thread. Not thread-safe.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 from ..model.source import resolve_model
 from .config import EngineConfig
@@ -236,6 +236,10 @@ class LLM:
         if isinstance(sampling_params, SamplingParams):
             params = [sampling_params] * len(prompts)
         else:
+            if isinstance(sampling_params, (str, bytes, Mapping)) or not isinstance(sampling_params, Iterable):
+                # a dict would be read as a list of its keys, and then miscounted
+                raise RequestError("sampling_params", "sampling_params must be a SamplingParams or a list of them, "
+                                                      f"got {type(sampling_params).__name__}")
             params = list(sampling_params)
             if len(params) != len(prompts):
                 raise RequestError("sampling_params", f"sampling_params has {len(params)} entries for {len(prompts)} prompts")

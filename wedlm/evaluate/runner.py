@@ -22,6 +22,8 @@ from .metrics import aggregate
 from .tasks import EvalItem, EvalTask
 
 PROMPT_STYLES = ("auto", "chat", "raw")
+# Tokens of each warm-up generation: enough for prefill and several decode steps of every decoder.
+WARM_UP_TOKENS = 4
 
 
 @dataclass(slots=True)
@@ -121,7 +123,23 @@ def evaluate_task(llm, task: EvalTask, decode: DecodeConfig, prompt_style: str =
             "metrics": aggregate(stats, wall), "samples": records[:samples]}
 
 
+def warm_up(llm, tasks: list[EvalTask], decode: DecodeConfig, prompt_style: str = "auto",
+            batch_size: int = 8) -> None:
+    """Untimed short generations with `decode` at batch 1 and at `batch_size`, so the timed
+    ones do not pay one-off costs: the compiled forward builds a graph the first time it sees
+    a batch of one or more sequences and one query per sequence or more (about 4 s on a CPU),
+    and an uncounted compile would land in the first decoder's tok/s and TTFT only."""
+    if not tasks or not tasks[0].items:
+        return
+    chat = use_chat(llm.tokenizer, prompt_style)
+    prompt = render_prompts(llm.tokenizer, tasks[0].items[:1], chat)[0]
+    params = decode.sampling_params(WARM_UP_TOKENS)
+    for b in sorted({1, batch_size}):
+        llm.generate([prompt] * b, [params] * b)
+
+
 def evaluate(llm, tasks: list[EvalTask], decode: DecodeConfig, prompt_style: str = "auto",
              batch_size: int = 8, progress: bool = True, samples: int = 3) -> list[dict]:
-    """`evaluate_task` for each task, in order (`samples`: items kept per report)."""
+    """`warm_up`, then `evaluate_task` for each task, in order (`samples`: items kept per report)."""
+    warm_up(llm, tasks, decode, prompt_style, batch_size)
     return [evaluate_task(llm, t, decode, prompt_style, batch_size, samples, progress) for t in tasks]

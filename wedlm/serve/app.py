@@ -145,7 +145,8 @@ class Server:
             RequestError: a prompt or a message the engine's checks refuse (naming the field).
         """
         prompts = [self.prompts.chat_prompt(req)] if chat else self.prompts.completion_prompts(req)
-        echo = [self.prompts.decode(ids) for ids in prompts] if getattr(req, "echo", False) else None
+        # not getattr: bodies keep unknown fields as attributes, and `echo` in a chat body is one
+        echo = [self.prompts.decode(ids) for ids in prompts] if not chat and req.echo else None
         return prompts, echo
 
     async def tokenized(self, work: Callable[[], Any]) -> Any:

@@ -120,10 +120,9 @@ def distribution(llm: Any, req: Any) -> str:
 
 
 def wanted(req: Any) -> bool:
-    """Whether the request asked for logprobs (chat: `logprobs: true`; completions: `logprobs: k`)."""
-    if hasattr(req, "messages"):
-        return bool(req.logprobs)
-    return req.logprobs is not None
+    """Whether the request asked for logprobs (chat: `logprobs: true`; completions: `logprobs: k`),
+    as its endpoint reads them (`logprob_kwargs`), whatever unknown fields the body holds."""
+    return bool(req.logprob_kwargs())
 
 
 def choice_logprobs(chat: bool, state: Any, strings: TokenStrings, prompt_ids: list[int] | None) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from ..engine.errors import RequestError
 from ..engine.intake import check_fits
 from .errors import APIError, bad_request
 from .schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
+from .structured import FIELDS as STRUCTURED_FIELDS
 
 log = logging.getLogger(__name__)
 
@@ -126,9 +127,15 @@ def sampling_params(factory: Any, req: SamplingFields, max_tokens: int, choice: 
 
 def refusal(err: ValueError, req: SamplingFields) -> APIError:
     """The 400 for a refused request: `err.param` (a `RequestError`'s; "body" for another
-    ValueError) in the request's own terms: "prompt" is "messages" for chat, and
-    "max_tokens" is "max_completion_tokens" when the client used that name."""
+    ValueError) in the request's own terms: "prompt" is "messages" for chat,
+    "max_tokens" is "max_completion_tokens" when the client used that name, the library's
+    "structured" is the structured-output field the client sent, and "prompt_logprobs" is
+    `echo` (completions ask for the prompt's logprobs with `echo` and `logprobs`)."""
     param = getattr(err, "param", None) or "body"
+    if param.split(".")[0] == "structured":
+        param = next((name for name in STRUCTURED_FIELDS if getattr(req, name) is not None), param)
+    elif param == "prompt_logprobs":
+        param = "echo"
     if isinstance(req, ChatCompletionRequest):
         if param == "prompt":
             param = "messages"

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
 from ..engine.controls import check_control
 from ..engine.defaults import DECODERS, DEFAULTS, check_knob
@@ -32,7 +33,7 @@ class StreamOptions(BaseModel):
     """OpenAI `stream_options`: `include_usage` adds a final chunk carrying `usage`."""
 
     model_config = ConfigDict(extra="allow")
-    include_usage: bool = False
+    include_usage: StrictBool = False
 
 
 class SamplingFields(BaseModel):
@@ -46,7 +47,7 @@ class SamplingFields(BaseModel):
     top_p: float | None = Field(default=None, ge=0.0, le=1.0)  # 0: only the most likely token
     top_k: int | None = Field(default=None, ge=-1)
     n: int = Field(default=1, ge=1, le=MAX_N)
-    stream: bool = False
+    stream: StrictBool = False
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
@@ -57,11 +58,11 @@ class SamplingFields(BaseModel):
     wedlm_window_size: int | None = None
     wedlm_entropy_threshold: float | None = None  # null: one mask per step
     wedlm_pos_penalty_factor: float | None = None
-    wedlm_stop_by_ar: bool | None = None  # only the AR head ends an answer (`wedlm` decoding)
-    wedlm_stop_in_run: bool | None = None  # with stop_by_ar: a stop closing a run filled in one forward
-    ignore_eos: bool = False
+    wedlm_stop_by_ar: StrictBool | None = None  # only the AR head ends an answer (`wedlm` decoding)
+    wedlm_stop_in_run: StrictBool | None = None  # with stop_by_ar: a stop closing a run filled in one forward
+    ignore_eos: StrictBool = False
     # Adds a `wedlm` object (decode step index, token ids) to every streamed choice.
-    wedlm_trace: bool = False
+    wedlm_trace: StrictBool = False
     # Logit controls (OpenAI: logit_bias, presence/frequency penalties; vLLM: the rest).
     logit_bias: dict[int, float] | None = None
     presence_penalty: float | None = None
@@ -163,7 +164,7 @@ class CompletionRequest(SamplingFields):
     """`POST /v1/completions`: `prompt` is text, token ids, or a batch of either."""
 
     prompt: PromptType
-    echo: bool = False
+    echo: StrictBool = False
     logprobs: int | None = None  # legacy: the k most likely alternatives of every token, 0..20
     suffix: str | None = None
 
@@ -231,9 +232,9 @@ class ChatCompletionRequest(SamplingFields):
 
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
-    logprobs: bool | None = None
+    logprobs: StrictBool | None = None
     top_logprobs: int | None = None  # alternatives per token (0..20), with `logprobs: true`
-    add_generation_prompt: bool = True
+    add_generation_prompt: StrictBool = True
 
     @field_validator("max_completion_tokens", mode="before")
     @classmethod

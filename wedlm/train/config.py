@@ -8,6 +8,7 @@ the current directory, so the recipe runs from the repository root.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -99,10 +100,33 @@ class TrainConfig:
             raise ValueError(f"attention must be one of {ATTENTION}, got {self.attention!r}")
         if self.init is None and not self.model:
             raise ValueError("give either `init` (a checkpoint folder) or `model` (ModelConfig fields)")
-        for name in ("seq_len", "micro_batch", "grad_accum", "block_size", "max_steps", "save_every", "chunk"):
+        for name in ("seq_len", "micro_batch", "grad_accum", "block_size", "max_steps", "save_every", "chunk",
+                     "log_every", "keep_checkpoints"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        self._check_ranges()
         self.betas = tuple(self.betas)
+
+    def _check_ranges(self) -> None:
+        """The optimiser and run-length fields: a negative or NaN learning rate trains silently
+        wrong, `log_every` 0 divides by zero at the first log, `keep_checkpoints` 0 keeps them all.
+
+        Raises:
+            ValueError: naming the field and its range.
+        """
+        for name in ("lr", "grad_clip", "init_std"):
+            if not 0 < getattr(self, name) < math.inf:
+                raise ValueError(f"{name} must be > 0 and finite, got {getattr(self, name)}")
+        for name in ("min_lr", "weight_decay", "ar_weight"):
+            if not 0 <= getattr(self, name) < math.inf:
+                raise ValueError(f"{name} must be >= 0 and finite, got {getattr(self, name)}")
+        if self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        if self.max_minutes is not None and not 0 < self.max_minutes < math.inf:
+            raise ValueError(f"max_minutes must be > 0 and finite (or null), got {self.max_minutes}")
+        for name in ("stop_after_steps", "data_limit", "num_threads"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 (or null), got {getattr(self, name)}")
 
     def _coerce_numbers(self) -> None:
         """Read numeric fields given as strings ("5e-4": YAML 1.1, which PyYAML follows, reads an

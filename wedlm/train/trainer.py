@@ -172,7 +172,10 @@ def load_docs(cfg: TrainConfig, tokenizer, is_main: bool, accelerator):
         docs = load_documents(cfg.data, tokenizer, cfg.data_format, cfg.data_limit, cfg.source_limits,
                                cfg.num_learnable_im_end, cfg.data_skip)
         cfg.run_dir.mkdir(parents=True, exist_ok=True)
-        torch.save([(d.ids, d.maskable) for d in docs], cache)
+        # written whole or not at all: a save cut short (Ctrl-C) would leave a cache the next run cannot load
+        partial = cache.with_name(cache.name + ".partial")
+        torch.save([(d.ids, d.maskable) for d in docs], partial)
+        partial.replace(cache)
     accelerator.wait_for_everyone()
     from .packing import Document
     return [Document(ids, m) for ids, m in torch.load(cache)]
