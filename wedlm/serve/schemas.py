@@ -16,8 +16,16 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import (BaseModel, ConfigDict, Field, StrictBool, ValidationError, ValidationInfo, field_validator,
-                      model_validator)
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from ..engine.controls import check_control
 from ..engine.defaults import DECODERS, DEFAULTS, check_knob
