@@ -38,7 +38,8 @@ def single_thread():
     torch.set_num_threads(threads)
 
 
-def test_oracle_answers_score_100_percent_and_stops_are_cut(tmp_path):
+def _gsm8k_oracle(tmp_path):
+    """A 1-shot GSM8K task of 6 sums (5 scored) and an `OracleLLM` that answers each correctly."""
     records = [{"question": f"What is {i} + {i}?", "answer": f"{i} + {i} = {2 * i}\n#### {2 * i}"} for i in range(6)]
     path = tmp_path / "g.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -46,6 +47,11 @@ def test_oracle_answers_score_100_percent_and_stops_are_cut(tmp_path):
     llm = OracleLLM({})
     prompts = render_prompts(llm.tokenizer, task.items, chat=False)
     llm.answers = {tuple(p): f" so #### {item.reference}" for p, item in zip(prompts, task.items)}
+    return task, llm
+
+
+def test_oracle_answers_score_100_percent_and_stops_are_cut(tmp_path):
+    task, llm = _gsm8k_oracle(tmp_path)
     report = evaluate_task(llm, task, DecodeConfig(decoding="ar"), prompt_style="raw", batch_size=2,
                            progress=False)
     assert report["n"] == 5 and report["correct"] == 5 and report["accuracy"] == 1.0
@@ -59,13 +65,7 @@ def test_oracle_answers_score_100_percent_and_stops_are_cut(tmp_path):
 def test_evaluate_warms_up_each_batch_shape_before_timing(tmp_path):
     """The compiled forward builds a graph per batch shape on first use; `evaluate` runs those
     generations untimed (batch 1 and the batch size) before the scored ones."""
-    records = [{"question": f"What is {i} + {i}?", "answer": f"{i} + {i} = {2 * i}\n#### {2 * i}"} for i in range(6)]
-    path = tmp_path / "g.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    task = gsm8k_task(path, n_shot=1)
-    llm = OracleLLM({})
-    prompts = render_prompts(llm.tokenizer, task.items, chat=False)
-    llm.answers = {tuple(p): f" so #### {item.reference}" for p, item in zip(prompts, task.items)}
+    task, llm = _gsm8k_oracle(tmp_path)
     reports = evaluate(llm, [task], DecodeConfig(decoding="wedlm", tau=0.3), prompt_style="raw", batch_size=3,
                        progress=False)
     assert [n for n, _ in llm.calls] == [1, 3, 3, 2]
