@@ -59,3 +59,26 @@ def test_library_refusals_name_the_field_the_client_sent(body, library_param, pa
     err = refusal(RequestError(library_param, "the library's message"), req)
     assert (err.param, err.status) == (param, 400)
     assert str(err) == f"Invalid value for '{param}': the library's message"
+
+
+def test_model_by_id_is_the_list_card_and_an_unknown_id_is_404(tiny_wedlm):
+    """`GET /v1/models/{id}` (the openai client's `models.retrieve`): the served model's card, the
+    same as `/v1/models` lists; any other id is a 404 naming it, code `model_not_found`."""
+    import openai
+
+    from wedlm.serve import create_app
+
+    with running_server(create_app(make_llm(tiny_wedlm), MODEL_NAME)) as url:
+        listed = httpx.get(f"{url}/v1/models").json()["data"][0]
+        one = httpx.get(f"{url}/v1/models/{MODEL_NAME}")
+        missing = httpx.get(f"{url}/v1/models/org/other")
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
+        retrieved = client.models.retrieve(MODEL_NAME)
+        with pytest.raises(openai.NotFoundError):
+            client.models.retrieve("other")
+    assert one.status_code == 200 and one.json() == listed
+    assert retrieved.id == MODEL_NAME and retrieved.owned_by == "wedlm"
+    assert missing.status_code == 404
+    assert missing.json()["error"] == {"message": f"The model 'org/other' does not exist; this server serves "
+                                                  f"'{MODEL_NAME}'", "type": "invalid_request_error",
+                                       "param": "model", "code": "model_not_found"}

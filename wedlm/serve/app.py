@@ -267,12 +267,23 @@ class Server:
 
     # ----- other endpoints -----
     def models(self) -> dict[str, Any]:
-        """`GET /v1/models`."""
-        card = {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "wedlm",
+        """`GET /v1/models`: a list holding the served model's card."""
+        return {"object": "list", "data": [self.model_card()]}
+
+    def model_card(self, model_id: str | None = None) -> dict[str, Any]:
+        """The served model's card (`GET /v1/models/{model_id}` when `model_id` is given).
+
+        Raises:
+            APIError: 404 (code `model_not_found`, param `model`) when `model_id` is not the
+                served model's name.
+        """
+        if model_id is not None and model_id != self.model_name:
+            raise APIError(f"The model '{model_id}' does not exist; this server serves '{self.model_name}'",
+                           param="model", status=404, code="model_not_found")
+        return {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "wedlm",
                 "root": str(getattr(self.llm, "model_path", self.model_name)),
                 "max_model_len": self.prompts.max_model_len,
                 "wedlm": {"decoders": list(DECODERS), **decoding_defaults(self.llm), **self.prompting}}
-        return {"object": "list", "data": [card]}
 
     def health(self) -> JSONResponse:
         """`GET /health`: 200 while the engine loop runs, else 503."""
@@ -408,6 +419,10 @@ def add_routes(app: FastAPI, server: Server) -> None:
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
         return server.models()
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str) -> dict[str, Any]:
+        return server.model_card(model_id)
 
     @app.get("/health")
     async def health() -> JSONResponse:
