@@ -106,7 +106,7 @@ def test_models_health_and_metrics(client, base_url):
     assert models.data[0].model_extra["wedlm"] == {  # the web chat's controls start from these
         "decoders": ["wedlm", "ar", "blockwise", "verified"], "wedlm_window_size": 16,
         "wedlm_entropy_threshold": 0.4, "wedlm_pos_penalty_factor": 0.02, "wedlm_stop_by_ar": False,
-        "wedlm_stop_in_run": False, "single_turn": False, "chat_only": False}
+        "wedlm_stop_in_run": False, "wedlm_single_turn": False, "wedlm_chat_only": False}
     health = httpx.get(f"{base_url}/health")
     assert health.status_code == 200 and health.json()["status"] == "ok"
     text = httpx.get(f"{base_url}/metrics").text

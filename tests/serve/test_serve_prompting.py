@@ -1,5 +1,5 @@
 """`/v1/models` reports how the model folder wants to be prompted (generation_config.json's
-`wedlm_single_turn` / `wedlm_chat_only`); the web chat reads `single_turn`."""
+`wedlm_single_turn` / `wedlm_chat_only`, under the same names); the web chat reads `wedlm_single_turn`."""
 
 import json
 import shutil
@@ -10,8 +10,8 @@ from tests_serve_util import MODEL_NAME, make_llm, running_server
 
 
 @pytest.mark.parametrize("fields,want", [
-    ({}, {"single_turn": False, "chat_only": False}),
-    ({"wedlm_single_turn": True, "wedlm_chat_only": True}, {"single_turn": True, "chat_only": True}),
+    ({}, {"wedlm_single_turn": False, "wedlm_chat_only": False}),
+    ({"wedlm_single_turn": True, "wedlm_chat_only": True}, {"wedlm_single_turn": True, "wedlm_chat_only": True}),
 ])
 def test_models_card_reports_prompting(tiny_wedlm, tmp_path, fields, want):
     from wedlm.serve import create_app

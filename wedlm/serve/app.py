@@ -13,7 +13,7 @@ KV blocks. Bad input is a 400 with an OpenAI error body naming the field.
 even for a model trained on chat-formatted prompts only (generation_config.json's
 `wedlm_chat_only`; such a model may answer a raw prompt with nothing): chat-formatted
 requests go to `/v1/chat/completions`. `/v1/models` reports the model folder's
-`single_turn` and `chat_only` under `wedlm`; the web chat reads `single_turn` and then
+`wedlm_single_turn` and `wedlm_chat_only` under `wedlm`; the web chat reads `wedlm_single_turn` and then
 sends only the current question each turn (the API itself sends what the client sends).
 
 No request body can crash the server or stall other clients (`limits.py`): bodies are
@@ -324,17 +324,17 @@ def decoding_defaults(llm: Any) -> dict[str, Any]:
 
 
 def prompting(llm: Any) -> dict[str, bool]:
-    """{"single_turn", "chat_only"} of the engine's model folder (generation_config.json's
-    `wedlm_single_turn` / `wedlm_chat_only`; false for an engine without a folder).
+    """{"wedlm_single_turn", "wedlm_chat_only"} of the engine's model folder (generation_config.json's
+    keys of the same names; false for an engine without a folder).
 
     Raises:
         ValueError: a bad value in generation_config.json, naming file and key.
     """
     path = getattr(llm, "model_path", None)
     if not isinstance(path, str) or not Path(path).is_dir():
-        return {"single_turn": False, "chat_only": False}
+        return {"wedlm_single_turn": False, "wedlm_chat_only": False}
     d = model_prompt_defaults(path)
-    return {"single_turn": d["wedlm_single_turn"], "chat_only": d["wedlm_chat_only"]}
+    return {key: d[key] for key in ("wedlm_single_turn", "wedlm_chat_only")}
 
 
 def delta_failure(delta: Any) -> str | None:

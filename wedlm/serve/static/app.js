@@ -44,7 +44,7 @@ async function loadModel() {
         $("tau-out").textContent = Number($("tau").value).toFixed(2);
       }
       if (typeof defaults.wedlm_pos_penalty_factor === "number") $("lambda").value = defaults.wedlm_pos_penalty_factor;
-      state.singleTurn = defaults.single_turn === true;
+      state.singleTurn = defaults.wedlm_single_turn === true;
       if (state.singleTurn && !document.querySelector(".msg.note")) addMessage("note", SINGLE_TURN_NOTE);
     }
   } catch (err) {
