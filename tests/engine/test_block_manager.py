@@ -78,3 +78,20 @@ def test_window_rows_never_registered():
     s.num_cached = 3  # the window rows 3..6 are written but not committed
     bm.register_full_blocks(s)
     assert s.num_hashed_blocks == 0 and not bm.key_to_block
+
+
+def test_reset_prefix_cache_only_when_no_block_is_held():
+    bm = BlockManager(num_blocks=8, block_size=2)
+    a = seq([1, 2, 3, 4, 5], "a")
+    bm.admit(a)
+    commit_all(bm, a)
+    assert not bm.reset_prefix_cache()  # a still holds its blocks: nothing changes
+    assert bm.match_prefix([1, 2, 3, 4, 9]) == a.block_table[:2]
+    bm.free(a)
+    assert bm.reset_prefix_cache()
+    assert bm.match_prefix([1, 2, 3, 4, 9]) == [] and bm.num_free == 8
+    b = seq([1, 2, 3, 4, 9], "b")
+    assert bm.admit(b) == 0
+    commit_all(bm, b)  # registration starts afresh after a reset
+    bm.free(b)
+    assert bm.admit(seq([1, 2, 3, 4, 7], "c")) == 4

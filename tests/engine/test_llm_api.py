@@ -158,3 +158,20 @@ def test_bad_generation_config_is_refused_at_load_not_a_hang(tiny_path, tmp_path
 def test_bad_engine_arguments_raise_value_error_naming_them(tiny_path, kwargs, field):
     with pytest.raises(ValueError, match=f"^{field} must be"):
         LLM(str(tiny_path), device="cpu", **kwargs)
+
+
+def test_reset_prefix_cache(make_llm):
+    """A repeated prompt hits the prefix cache; after `reset_prefix_cache` it is computed again
+    (the same tokens either way); no reset while a request holds blocks."""
+    llm = make_llm(kv_block_size=4)
+    prompt = list(range(5, 30))  # 25 tokens: 6 full blocks of 4
+    first = llm.generate([prompt], GREEDY_AR)[0]
+    again = llm.generate([prompt], GREEDY_AR)[0]
+    assert again["stats"]["prefix_cache_hit_tokens"] == 24 and again["token_ids"] == first["token_ids"]
+    llm.add_request(prompt, GREEDY_AR, request_id="held")
+    llm.step()
+    assert llm.reset_prefix_cache() is False
+    llm.abort("held")
+    assert llm.reset_prefix_cache() is True
+    cold = llm.generate([prompt], GREEDY_AR)[0]
+    assert cold["stats"]["prefix_cache_hit_tokens"] == 0 and cold["token_ids"] == first["token_ids"]

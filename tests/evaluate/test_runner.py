@@ -19,6 +19,10 @@ class OracleLLM:
     def __init__(self, answers):
         self.tokenizer, self.answers, self.calls = byte_tokenizer(260), answers, []
 
+    def reset_prefix_cache(self):
+        self.calls.append(("reset", None))
+        return True
+
     def generate(self, prompts, params):
         self.calls.append((len(prompts), params[0]))
         out = []
@@ -64,12 +68,13 @@ def test_oracle_answers_score_100_percent_and_stops_are_cut(tmp_path):
 
 def test_evaluate_warms_up_each_batch_shape_before_timing(tmp_path):
     """The compiled forward builds a graph per batch shape on first use; `evaluate` runs those
-    generations untimed (batch 1 and the batch size) before the scored ones."""
+    generations untimed (batch 1 and the batch size) before the scored ones, then empties the
+    prefix cache so the scored ones start cold."""
     task, llm = _gsm8k_oracle(tmp_path)
     reports = evaluate(llm, [task], DecodeConfig(decoding="wedlm", tau=0.3), prompt_style="raw", batch_size=3,
                        progress=False)
-    assert [n for n, _ in llm.calls] == [1, 3, 3, 2]
-    warm, timed = llm.calls[:2], llm.calls[2:]
+    assert [n for n, _ in llm.calls] == [1, 3, "reset", 3, 2]
+    warm, timed = llm.calls[:2], llm.calls[3:]
     assert all(p.max_tokens == WARM_UP_TOKENS and p.decoding == "wedlm" for _, p in warm)
     assert all(p.max_tokens == task.max_tokens for _, p in timed)
     assert warm[0][1].wedlm_entropy_threshold == timed[0][1].wedlm_entropy_threshold == 0.3

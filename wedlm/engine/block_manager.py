@@ -115,6 +115,19 @@ class BlockManager:
             seq.last_block_key = self.block_serial[existing]
             seq.num_hashed_blocks = i + 1
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every registered block, so later requests find no hit; only while no sequence
+        holds a block (a held block's key chains its sequence's next registrations).
+
+        Returns:
+            True when reset, False (nothing changed) while some sequence holds blocks.
+        """
+        if any(self.ref_counts):
+            return False
+        self.key_to_block.clear()
+        self.block_key = [None] * self.num_blocks
+        return True
+
     # ---- allocation ---------------------------------------------------------------
 
     def grow(self, seq: Sequence, num_rows: int) -> bool:

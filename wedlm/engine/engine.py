@@ -202,6 +202,11 @@ class Engine:
         self.scheduler.finish(seq)
         return _with_logprobs(seq, final_delta(seq, [], "abort", self.tokenizer), [])
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget the prefix cache (`BlockManager.reset_prefix_cache`): True when reset, False while
+        requests hold KV blocks."""
+        return self.block_manager.reset_prefix_cache()
+
     def has_unfinished(self) -> bool:
         return bool(self.seqs)
 

@@ -138,6 +138,12 @@ class LLM:
     def has_unfinished(self) -> bool:
         return self.engine.has_unfinished()
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached prompt prefix (vLLM's name), e.g. so that timings of runs over the
+        same prompts start alike. Returns True when reset, False (nothing changed) while requests
+        hold KV blocks."""
+        return self.engine.reset_prefix_cache()
+
     def metrics(self) -> dict:
         """num_waiting, num_running, kv_blocks_{total,free,used}, prefix_cache_{hit_tokens,queries}."""
         return self.engine.metrics()
