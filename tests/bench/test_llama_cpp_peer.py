@@ -293,6 +293,7 @@ def test_smoke_int8_against_q8_0(tmp_path):
     result = json.loads((tmp_path / "llama_cpp_peer_q8_0.json").read_text())
     assert result["gguf_type"] == "q8_0" and "int8" in result["engine"]["precision"]
     md = (tmp_path / "llama_cpp_peer_q8_0.md").read_text()
+    assert md.startswith("# The engine's int8 weights against llama.cpp's Q8_0 of the same checkpoint\n")
     assert "(written as a Q8_0 (8-bit) GGUF file for llama.cpp)" in md
     assert "](img/bench_llama_cpp_peer_q8_0.png)" in md and (tmp_path / "img" / "bench_llama_cpp_peer_q8_0.png").exists()
     assert not (tmp_path / "llama_cpp_peer.json").exists()
