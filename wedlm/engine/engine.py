@@ -146,7 +146,8 @@ class Engine:
         if DECODER_CLASSES[params.decoding].needs_mask and self.mask_token_id is None:
             raise RequestError("decoding", f"decoding={params.decoding!r} needs a [MASK] token but this "
                                            f"model has no mask_token_id; use decoding='ar'")
-        if 2 * window + 1 > self.max_num_batched_tokens:
+        # `ar` feeds no window, so only the decoders that do need room for one in a step
+        if DECODER_CLASSES[params.decoding].needs_mask and 2 * window + 1 > self.max_num_batched_tokens:
             raise RequestError("wedlm_window_size", f"wedlm_window_size={window} needs max_num_batched_tokens >= "
                                                     f"{2 * window + 1}, got {self.max_num_batched_tokens}")
         need = self.block_manager.blocks_for(n + params.max_tokens)
