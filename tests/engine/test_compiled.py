@@ -212,3 +212,22 @@ def test_two_compiled_engines_keep_their_own_models(ckpt_factory, monkeypatch):
         got.append([o["token_ids"] for p in params for o in llm.generate(prompts, p)])
     assert want[0] != want[1]
     assert got == [want[0], want[1], want[1], want[0]]
+
+
+def test_batch1_one_query_step_on_a_cpu_has_exact_keys_and_no_mask(compiled_llm):
+    """A compiled CPU step of one token of one sequence pads nothing: its keys are exactly the
+    cached rows plus the new one (no multiple of 64) and it carries no mask, as eager mode; a
+    window step keeps its buckets and its mask."""
+    from wedlm.engine.runner import ForwardItem
+
+    runner = compiled_llm.engine.runner
+    one = ForwardItem([7], [70], list(range(20)), context_len=70, logit_rows=[0])
+    prepared = runner.prepare([one])
+    assert prepared.attn.mask is None and prepared.attn.q_index is None
+    assert tuple(prepared.attn.kv_slots.shape) == (1, 71) and prepared.attn.kv_slots.stride() == (71, 1)
+    assert prepared.attn.kv_slots.tolist() == [list(range(71))]
+    assert prepared.input_ids.tolist() == [7] and prepared.logit_rows.tolist() == [0]
+    window = ForwardItem([7, 3, 3], [70, 71, 72], list(range(20)), context_len=70, logit_rows=[0, 1, 2])
+    padded = runner.prepare([window])
+    assert padded.attn.mask is not None and tuple(padded.attn.kv_slots.shape) == (1, 128)
+    assert padded.input_ids.shape[0] == 4

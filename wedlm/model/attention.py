@@ -251,7 +251,11 @@ def _kv_slots(seqs: list[SequenceSlice], total: list[int], batch: int, keys: int
     for i, s in enumerate(seqs):
         row = s.block_table[:n_blocks]
         tables[i, :len(row)] = row
-    slots = (tables[:, :, None] * block_size + _arange(block_size)).reshape(batch, -1)[:, :keys]
+    slots = (tables[:, :, None] * block_size + _arange(block_size)).reshape(batch, -1)
+    if slots.shape[1] != keys:
+        # a copy, not a view: a [1, keys] view keeps its parent's row stride, which numpy calls
+        # contiguous but a compiled graph's guards tell apart, one graph per stride
+        slots = slots[:, :keys].copy()
     for row, n in zip(slots, total):
         row[n:] = fill
     slots[len(seqs):] = fill
