@@ -174,12 +174,15 @@ def save_model(model: QwenForCausalLM, out_dir: str | Path, extra_config: dict |
     config = model.config.to_dict()
     config["torch_dtype"] = str(model.dtype).removeprefix("torch.")
     config.update(extra_config or {})
-    _atomic_write(out / "model.safetensors", lambda p: save_file(state, p, metadata={"format": "pt"}))
-    _atomic_write(out / "config.json", lambda p: Path(p).write_text(json.dumps(config, indent=2) + "\n"))
+    atomic_write(out / "model.safetensors", lambda p: save_file(state, p, metadata={"format": "pt"}))
+    atomic_write(out / "config.json", lambda p: Path(p).write_text(json.dumps(config, indent=2) + "\n"))
     return out
 
 
-def _atomic_write(target: Path, write) -> None:
+def atomic_write(target: Path, write) -> None:
+    """`write(path)` into a temporary file beside `target`, then renamed onto it: `target` is
+    written whole or not at all (a write cut short, by an error or Ctrl-C, leaves no file and no
+    temporary one). `write` gets the temporary path as a str."""
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     os.close(fd)
     try:
@@ -190,4 +193,5 @@ def _atomic_write(target: Path, write) -> None:
             os.unlink(tmp)
 
 
-__all__ = ["CheckpointError", "ConfigError", "ModelSourceError", "load_model", "save_model", "resolve_dtype", "weight_files"]
+__all__ = ["CheckpointError", "ConfigError", "ModelSourceError", "atomic_write", "load_model", "save_model", "resolve_dtype",
+           "weight_files"]

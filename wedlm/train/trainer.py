@@ -30,7 +30,7 @@ from torch import nn
 from tqdm import tqdm
 
 from wedlm.hardware import cpu_model, training_precision
-from wedlm.model import DenseAttention, ModelConfig, QwenForCausalLM, load_model, save_model
+from wedlm.model import DenseAttention, ModelConfig, QwenForCausalLM, atomic_write, load_model, save_model
 from wedlm.tokenizer import load_tokenizer
 
 from .attention import ChunkedDualStreamAttention
@@ -173,9 +173,7 @@ def load_docs(cfg: TrainConfig, tokenizer, is_main: bool, accelerator):
                                cfg.num_learnable_im_end, cfg.data_skip)
         cfg.run_dir.mkdir(parents=True, exist_ok=True)
         # written whole or not at all: a save cut short (Ctrl-C) would leave a cache the next run cannot load
-        partial = cache.with_name(cache.name + ".partial")
-        torch.save([(d.ids, d.maskable) for d in docs], partial)
-        partial.replace(cache)
+        atomic_write(cache, lambda path: torch.save([(d.ids, d.maskable) for d in docs], path))
     accelerator.wait_for_everyone()
     from .packing import Document
     return [Document(ids, m) for ids, m in torch.load(cache)]
