@@ -166,12 +166,11 @@ class ModelRunner:
         num_rows, pad = len(rows), None
         if self.compiled is not None and offset > 0:
             shape = StepShape.of(offset, len(items), max_q, max_kv, num_rows)
-            pad = Padding(shape.tokens, shape.batch, shape.queries, shape.keys, self.pad_slot)
-            if shape.batch == shape.queries == 1 and self.device.type == "cpu":
-                # one token of one sequence on a CPU (no CUDA graph wants a fixed key count):
-                # nothing to pad, so no mask either, as in eager mode. SDPA over exactly the real
-                # keys without a mask: an `ar` answer of 891 tokens took 0.92x the time
-                pad = Padding(1, 1, 1, max_kv, None)
+            # one token of one sequence on a CPU (no CUDA graph wants a fixed key count): built
+            # unpadded, as in eager mode, so SDPA runs over exactly the real keys with no mask
+            # (docs/engine.md, "Compiled forward")
+            if not (shape.batch == shape.queries == 1 and self.device.type == "cpu"):
+                pad = Padding(shape.tokens, shape.batch, shape.queries, shape.keys, self.pad_slot)
             ids += [0] * (shape.tokens - offset)
             pos += [0] * (shape.tokens - offset)
             rows += [0] * (shape.rows - num_rows)

@@ -141,10 +141,8 @@ def warm_up(llm, tasks: list[EvalTask], decode: DecodeConfig, prompt_style: str 
 def evaluate(llm, tasks: list[EvalTask], decode: DecodeConfig, prompt_style: str = "auto",
              batch_size: int = 8, progress: bool = True, samples: int = 3) -> list[dict]:
     """`warm_up`, then `evaluate_task` for each task, in order (`samples`: items kept per report).
-    The engine's prefix cache is emptied after the warm-up (when the engine has one), so each
-    decoder's timed run starts from the same cold cache, whichever decoder ran before."""
+    The engine's prefix cache is emptied after the warm-up, so each decoder's timed run starts
+    from the same cold cache, whichever decoder ran before."""
     warm_up(llm, tasks, decode, prompt_style, batch_size)
-    reset = getattr(llm, "reset_prefix_cache", None)
-    if reset is not None:
-        reset()
+    llm.reset_prefix_cache()
     return [evaluate_task(llm, t, decode, prompt_style, batch_size, samples, progress) for t in tasks]
