@@ -9,11 +9,13 @@ to the engine's own setting, and fails if any configuration's token ids differ.
 
     python benchmarks/compile_options.py [--rounds 15] [--configs eager,shipped,no-cache,python-wrapper,freezing]
     python benchmarks/compile_options.py --configs shipped,custom-op,module-guards,skip-guards --rounds 21
+    python benchmarks/compile_options.py --configs shipped,no-cpp-ops --rounds 21 [--decoding ar]
     python benchmarks/compile_options.py --configs shipped --rounds 0 --kernels 20
 
-`custom-op` is the shipped configuration with the oneDNN matmul registered by
-`torch.library.custom_op` (autograd and Python-dispatch layers around the same kernel) instead of
-the engine's CPU-only operator; `skip-guards` runs the shipped graphs under
+`no-cpp-ops` is the shipped configuration without the engine's C++ operators (`engine/native.py`):
+the oneDNN matmul as the Python operator (`wedlm::onednn_linear`, a CPU-only kernel) and one-row
+matmuls by BLAS; `custom-op` the Python kernel registered by `torch.library.custom_op`
+(autograd and Python-dispatch layers around it); `skip-guards` runs the shipped graphs under
 `torch.compiler.set_stance(skip_guard_eval_unsafe=True)` once warm (only the guards that tell
 the cached graphs apart are checked; not safe for an engine, measured to know what guards cost);
 `module-guards` keeps dynamo's guards on the model's modules, which the engine drops
@@ -41,6 +43,7 @@ CONFIGS = {
     "no-cache": {**SHIPPED, "fx_graph_cache": False},  # compiled afresh, not loaded from disk
     "python-wrapper": {**SHIPPED, "cpp_wrapper": False},
     "freezing": {**SHIPPED, "freezing": True},
+    "no-cpp-ops": SHIPPED,
     "custom-op": SHIPPED,
     "skip-guards": SHIPPED,
     "module-guards": {"cpp_wrapper": True},  # every guard dynamo makes, the model's modules' too
@@ -71,7 +74,9 @@ def patched(name: str, warm: bool):
 
     from wedlm.engine import fast_model
 
-    shipped = fast_model._onednn_linear_op
+    shipped, native = fast_model._onednn_linear_op, fast_model._native_linear
+    if name in ("no-cpp-ops", "custom-op"):
+        fast_model._native_linear = None
     if name == "custom-op":
         fast_model._onednn_linear_op = _CUSTOM_OP.setdefault("op", _custom_op())
     stance = torch.compiler.set_stance(skip_guard_eval_unsafe=True) if name == "skip-guards" and warm else None
@@ -82,7 +87,7 @@ def patched(name: str, warm: bool):
             with stance:
                 yield
     finally:
-        fast_model._onednn_linear_op = shipped
+        fast_model._onednn_linear_op, fast_model._native_linear = shipped, native
 
 
 _CUSTOM_OP: dict = {}

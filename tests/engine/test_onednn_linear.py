@@ -181,8 +181,9 @@ def test_engine_tokens_equal_blas(tiny_path, monkeypatch):
 
 
 def test_compiled_onednn_equals_eager(tiny_path, monkeypatch):
-    """Under torch.compile the oneDNN matmul is an opaque custom op (`wedlm::onednn_linear`):
-    the compiled engine gives the eager engine's tokens."""
+    """Under torch.compile the oneDNN matmul is an opaque operator, the C++ one
+    (`wedlm_cpu::onednn_linear`, `native.py`) on a machine that builds it: the compiled engine
+    gives the eager engine's tokens."""
     monkeypatch.setenv("WEDLM_CPU_LINEAR", "onednn")
     eager = LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=16, device="cpu")
     compiled = LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=16, device="cpu", enforce_eager=False)
@@ -195,13 +196,14 @@ def test_compiled_onednn_equals_eager(tiny_path, monkeypatch):
         ops = _ops(lambda got=got, params=params: got.extend(
             o["token_ids"] for o in compiled.generate(prompts, params)))
         assert got == want
-        assert "wedlm::onednn_linear" in ops
-    # `ar` at batch 1 runs the one-query graph of one token and one logit row: BLAS
+        assert "wedlm_cpu::onednn_linear" in ops and "wedlm::onednn_linear" not in ops
+    # `ar` at batch 1 runs the one-query graph of one token and one logit row: the C++ one-row
+    # matmul on the transposed weight copies
     compiled.add_request(list(range(5, 25)), SamplingParams(temperature=0.0, max_tokens=6, decoding="ar",
                                                             ignore_eos=True))
     compiled.step()  # the prefill: a multi-query graph
     ops = _ops(lambda: [compiled.step() for _ in range(3)])
-    assert "wedlm::onednn_linear" not in ops
+    assert "wedlm_cpu::onednn_linear" not in ops and "wedlm_cpu::one_row_mm" in ops
     while compiled.has_unfinished():
         compiled.step()
     # two sequences: a multi-row graph, whose opaque op applies the row rule at run time:
@@ -211,7 +213,7 @@ def test_compiled_onednn_equals_eager(tiny_path, monkeypatch):
         compiled.add_request(p, SamplingParams(temperature=0.0, max_tokens=6, decoding="ar", ignore_eos=True))
     assert "mkldnn::_linear_pointwise" in _ops(compiled.step)
     ops = _ops(lambda: [compiled.step() for _ in range(3)])
-    assert "wedlm::onednn_linear" in ops and "mkldnn::_linear_pointwise" not in ops
+    assert "wedlm_cpu::onednn_linear" in ops and "mkldnn::_linear_pointwise" not in ops
     while compiled.has_unfinished():
         compiled.step()
 

@@ -43,6 +43,7 @@ from torch import nn
 
 from ..model.layers import RMSNorm, SwiGLU, apply_rope
 from ..model.qwen import Attention, QwenForCausalLM
+from . import native
 from .buckets import bucket
 
 # Float32 matmuls with at least this many input rows go through oneDNN under `use_onednn_linear`;
@@ -73,6 +74,9 @@ TRANSPOSED_GEMV_MAX_BYTES = 2 << 30
 _PACKED: dict[int, weakref.ref] = {}
 _PACK_KEYS = itertools.count(1)
 _LINEAR_POINTWISE = torch.ops.mkldnn._linear_pointwise.default if torch.backends.mkldnn.is_available() else None
+# The C++ oneDNN matmul compiled graphs call once `use_native_linear` loaded the C++ operators
+# (else the Python one); not None also means `wedlm_cpu::one_row_mm` is there.
+_native_linear = None
 
 
 def pack_weight(weight: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -87,7 +91,26 @@ def pack_weight(weight: torch.Tensor) -> tuple[torch.Tensor, int]:
     packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), 32)
     key = next(_PACK_KEYS)
     _PACKED[key] = weakref.ref(packed, lambda _, k=key: _PACKED.pop(k, None))
+    if _native_linear is not None:
+        torch.ops.wedlm_cpu.remember(packed, key)
     return packed, key
+
+
+def use_native_linear() -> bool:
+    """Compiled graphs traced from now on call the C++ operators (`native.load`): the prepacked
+    oneDNN matmul `wedlm_cpu::onednn_linear` instead of the Python `wedlm::onednn_linear` (same
+    rule, same oneDNN call, no call back into the interpreter per matmul) and
+    `wedlm_cpu::one_row_mm` for one-row matmuls on transposed copies instead of BLAS. Every live
+    prepacked weight's key is handed over (and every later one, by `pack_weight`). False, with
+    nothing changed, when the C++ operators cannot be built."""
+    global _native_linear
+    if _native_linear is None and native.load():
+        for key, ref in list(_PACKED.items()):
+            packed = ref()
+            if packed is not None:
+                torch.ops.wedlm_cpu.remember(packed, key)
+        _native_linear = torch.ops.wedlm_cpu.onednn_linear.default
+    return _native_linear is not None
 
 
 def _packed(key: int) -> torch.Tensor | None:
@@ -110,9 +133,10 @@ def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
         [..., out_features] in x's dtype. Other dtypes (a bf16 input under autocast) and fewer
         rows go to F.linear unchanged; eager inputs are padded with zero rows to a shape bucket
         (`buckets.bucket`) so that oneDNN sees few distinct shapes. Inside `torch.compile` every
-        input of more than one row is an opaque operator (`wedlm::onednn_linear`) that applies
-        the same row rule to the concrete row count at run time (a test in the graph would be a
-        guard that splits graphs);
+        input of more than one row is an opaque operator (`wedlm_cpu::onednn_linear` in C++ once
+        `use_native_linear` loaded it, else `wedlm::onednn_linear`) that applies the same row rule
+        to the concrete row count at run time (a test in the graph would be a guard that splits
+        graphs);
         the batch-1, one-query graph has one token and one logit row (`buckets.StepShape.of`)
         and calls F.linear.
     """
@@ -123,6 +147,8 @@ def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
         if x.numel() == x.shape[-1]:
             return F.linear(x, weight, bias)
         # an opaque call: inductor's own lowering of the op asserts on unpacked, dynamic weights
+        if _native_linear is not None:
+            return _native_linear(x, weight, bias, packed_key, PACKED_MIN_MACS, ONEDNN_MIN_ROWS)
         return _onednn_linear_op(x, weight, bias, packed_key)
     return _linear_rows(x, weight, bias, _packed(packed_key), pad=True)
 
@@ -191,8 +217,13 @@ def one_row_linear(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor |
 
     Returns:
         [..., out_features] in x's dtype; equal to F.linear within float32 summation order.
+        Compiled graphs (once `use_native_linear` loaded the C++ operators) run
+        `wedlm_cpu::one_row_mm`, eager calls BLAS.
     """
-    out = torch.mm(x.reshape(1, -1), weight_t)
+    if _native_linear is not None and torch.compiler.is_compiling():
+        out = torch.ops.wedlm_cpu.one_row_mm(x, weight_t)  # `native.py`: streams weights faster than BLAS
+    else:
+        out = torch.mm(x.reshape(1, -1), weight_t)
     if bias is not None:
         out = out + bias
     return out.view(*x.shape[:-1], weight_t.shape[1])

@@ -1,0 +1,130 @@
+"""The C++ operators of compiled CPU graphs (`native.py`, `csrc/`): built once and cached; the
+oneDNN matmul gives the Python operator's results exactly and holds weak keys; the one-row
+matmul is the matrix-vector product; a failed build is harmless."""
+
+import gc
+import hashlib
+import logging
+import weakref
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from wedlm.engine import native
+from wedlm.engine.fast_model import ONEDNN_MIN_ROWS, PACKED_MIN_MACS, pack_weight, use_native_linear
+
+pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN")
+
+
+@pytest.fixture(scope="module")
+def cpp_op():
+    assert use_native_linear(), "the C++ operator did not build (is there a C++ compiler and ninja?)"
+    return torch.ops.wedlm_cpu.onednn_linear.default
+
+
+def _both(cpp_op, x, w, b, key):
+    with torch.inference_mode():
+        return (cpp_op(x, w, b, key, PACKED_MIN_MACS, ONEDNN_MIN_ROWS),
+                torch.ops.wedlm.onednn_linear(x, w, b, key))
+
+
+def _calls_onednn(fn) -> bool:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    return "mkldnn::_linear_pointwise" in {e.name for e in prof.events()}
+
+
+# a [160, 96] weight: 15,360 multiply-adds a row, PACKED_MIN_MACS from 35 rows
+PACKED_ROWS = -(-PACKED_MIN_MACS // (160 * 96))
+
+
+@pytest.mark.parametrize("rows", [1, 2, ONEDNN_MIN_ROWS, PACKED_ROWS - 1, PACKED_ROWS, 80])
+def test_the_cpp_operator_gives_the_python_operators_values(cpp_op, rows):
+    """Same rule, same kernel, so bit for bit the same output, packed or not, 2-D or 3-D."""
+    gen = torch.Generator().manual_seed(rows)
+    w, b = torch.randn(160, 96, generator=gen), torch.randn(160, generator=gen)
+    packed, key = pack_weight(w)
+    for x in (torch.randn(rows, 96, generator=gen), torch.randn(rows, 2, 96, generator=gen)):
+        for k, bias in ((key, b), (key, None), (0, b)):
+            got, want = _both(cpp_op, x, w, bias, k)
+            assert got.shape == (*x.shape[:-1], 160) and torch.equal(got, want)
+        assert (got - F.linear(x, w, b)).abs().max().item() <= 1e-5 * got.abs().max().item()
+    flat = torch.randn(rows, 96, generator=gen)
+    assert _calls_onednn(lambda: cpp_op(flat, w, b, key, PACKED_MIN_MACS, ONEDNN_MIN_ROWS)) is (rows >= PACKED_ROWS)
+    assert _calls_onednn(lambda: cpp_op(flat, w, b, 0, PACKED_MIN_MACS, ONEDNN_MIN_ROWS)) is (rows >= ONEDNN_MIN_ROWS)
+    del packed
+
+
+def test_a_key_does_not_keep_its_packed_weight_alive(cpp_op):
+    """The C++ table holds weak references, like `fast_model._PACKED`: once the owner drops the
+    packed tensor it is freed, and the key falls back to the unpacked rule."""
+    w = torch.randn(4096, 192)
+    x = torch.randn(3, 192)  # 3 x 786,432 multiply-adds: oneDNN while the packed weight lives
+    packed, key = pack_weight(w)
+    freed = []
+    watch = weakref.ref(packed, lambda _: freed.append(True))
+    assert _calls_onednn(lambda: cpp_op(x, w, None, key, PACKED_MIN_MACS, ONEDNN_MIN_ROWS))
+    del packed
+    gc.collect()
+    assert freed == [True] and watch() is None
+    assert not _calls_onednn(lambda: cpp_op(x, w, None, key, PACKED_MIN_MACS, ONEDNN_MIN_ROWS))
+    assert torch.equal(cpp_op(x, w, None, key, PACKED_MIN_MACS, ONEDNN_MIN_ROWS), F.linear(x, w))
+
+
+def test_weights_packed_before_the_load_are_known(cpp_op):
+    """`use_native_linear` hands over the keys of weights packed before it ran; `pack_weight`
+    those after. Both reach oneDNN on the packed copy at 2 rows (below the unpacked rule)."""
+    w = torch.randn(4096, 192)
+    x = torch.randn(2, 192)
+    packed, key = pack_weight(w)
+    assert use_native_linear()  # idempotent
+    assert _calls_onednn(lambda: cpp_op(x, w, None, key, PACKED_MIN_MACS, ONEDNN_MIN_ROWS))
+    del packed
+
+
+def test_the_library_is_cached_on_disk(cpp_op):
+    """Built once per torch version and source: the library sits in `native.build_dir()` under
+    a name holding the source's hash."""
+    libs = list(native.build_dir().glob("wedlm_cpu_*/wedlm_cpu_*.so"))
+    assert libs, native.build_dir()
+    assert [p.name for p in native.SOURCES] == ["one_row_mm.cpp", "onednn_linear.cpp"]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in native.SOURCES)).hexdigest()[:12]
+    assert any(lib.parent.name == f"wedlm_cpu_{digest}" for lib in libs)
+
+
+def test_a_failed_build_keeps_the_python_operator(tmp_path, monkeypatch, caplog):
+    """A source that does not compile: `load` returns False, logs why, raises nothing."""
+    broken = tmp_path / "broken.cpp"
+    broken.write_text("this is not C++\n")
+    monkeypatch.setattr(native, "SOURCES", [broken])
+    monkeypatch.setattr(native, "_state", {})
+    monkeypatch.setenv("WEDLM_CACHE", str(tmp_path / "cache"))
+    with caplog.at_level(logging.WARNING, logger="wedlm.engine.native"):
+        assert native.load() is False
+        assert native.load() is False  # decided once
+    assert [r.message.startswith("C++ operators not built") for r in caplog.records] == [True]
+
+
+@pytest.mark.parametrize("k,n", [(192, 384), (192, 4096), (512, 192), (7, 5), (13, 33), (1, 16)])
+def test_one_row_mm_is_the_matrix_vector_product(cpp_op, k, n):
+    """x[1, K] @ weight_t[K, N] within float32 summation error of a float64 reference, for
+    widths that are and are not multiples of the 16-float vectors and the 4-row blocks."""
+    gen = torch.Generator().manual_seed(k * 1000 + n)
+    x, wt = torch.randn(1, k, generator=gen), torch.randn(k, n, generator=gen)
+    got = torch.ops.wedlm_cpu.one_row_mm(x, wt)
+    want = (x.double() @ wt.double())
+    bound = k * torch.finfo(torch.float32).eps * (x.double().abs() @ wt.double().abs())
+    assert got.shape == (1, n) and got.dtype == torch.float32
+    assert ((got.double() - want).abs() <= bound).all()
+    # a [1, 1, K] input (one row with leading dimensions) gives the same row
+    assert torch.equal(torch.ops.wedlm_cpu.one_row_mm(x.view(1, 1, k), wt), got)
+
+
+def test_one_row_mm_refuses_what_it_does_not_compute(cpp_op):
+    with pytest.raises(RuntimeError, match="x must hold one row of K = 8 values, got 16"):
+        torch.ops.wedlm_cpu.one_row_mm(torch.randn(2, 8), torch.randn(8, 4))
+    with pytest.raises(RuntimeError, match="weight_t must be a contiguous"):
+        torch.ops.wedlm_cpu.one_row_mm(torch.randn(1, 8), torch.randn(4, 8).t())
+    with pytest.raises(RuntimeError, match="must be float32"):
+        torch.ops.wedlm_cpu.one_row_mm(torch.randn(1, 8).double(), torch.randn(8, 4).double())

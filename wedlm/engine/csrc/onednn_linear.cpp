@@ -1,0 +1,81 @@
+// wedlm_cpu::onednn_linear: the compiled CPU graph's float32 matmul by oneDNN on a prepacked
+// weight, as a C++ kernel. The same operator in Python (`fast_model._onednn_linear_cpu`) costs a
+// call from inductor's C++ wrapper back into the interpreter for each of a step's matmuls;
+// `native.py` builds this file once per machine and torch version and uses it when it builds.
+//
+// A prepacked weight (oneDNN's blocked layout) cannot be a graph input, since fake tensors have no
+// such layout, so the graph passes an int key; `remember` maps the key to the packed tensor
+// without owning it: the module that holds the packed tensor keeps it alive, and a key whose
+// tensor is gone resolves to none (the matmul then reads the plain weight).
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+#include <mutex>
+#include <unordered_map>
+
+namespace {
+
+using WeakTensor = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
+
+std::mutex keys_mutex;
+
+std::unordered_map<int64_t, WeakTensor>& keys() {
+  static std::unordered_map<int64_t, WeakTensor> table;
+  return table;
+}
+
+int64_t remember(const at::Tensor& packed, int64_t key) {
+  std::lock_guard<std::mutex> lock(keys_mutex);
+  keys().insert_or_assign(key, WeakTensor(packed.getIntrusivePtr()));
+  return key;
+}
+
+at::Tensor packed_tensor(int64_t key) {
+  if (key == 0) return at::Tensor();
+  std::lock_guard<std::mutex> lock(keys_mutex);
+  auto found = keys().find(key);
+  if (found == keys().end()) return at::Tensor();
+  auto strong = found->second.lock();
+  if (!strong) {
+    keys().erase(found);
+    return at::Tensor();
+  }
+  return at::Tensor(std::move(strong));
+}
+
+at::Tensor linear_pointwise(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("mkldnn::_linear_pointwise", "")
+                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                                         c10::string_view, c10::List<std::optional<at::Scalar>>,
+                                         std::optional<c10::string_view>)>();
+  return op.call(x, weight, bias, "none", c10::List<std::optional<at::Scalar>>(), "");
+}
+
+// F.linear(x, weight, bias) by oneDNN where `fast_model`'s rule says it pays (its thresholds come
+// in as `min_macs` and `min_rows`, fast_model.PACKED_MIN_MACS and ONEDNN_MIN_ROWS), else at::linear.
+at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                         int64_t packed_key, int64_t min_macs, int64_t min_rows) {
+  const int64_t features = x.size(-1);
+  const int64_t rows = features == 0 ? 0 : x.numel() / features;
+  const at::Tensor packed = packed_tensor(packed_key);
+  const bool onednn = packed.defined() ? rows >= 2 && rows * weight.numel() >= min_macs : rows >= min_rows;
+  if (!onednn) return at::linear(x, weight, bias);
+  const at::Tensor flat = x.dim() == 2 ? x : x.reshape({rows, features});
+  at::Tensor out = linear_pointwise(flat, packed.defined() ? packed : weight, bias);
+  if (x.dim() == 2) return out;
+  auto shape = x.sizes().vec();
+  shape.back() = weight.size(0);
+  return out.view(shape);
+}
+
+}  // namespace
+
+TORCH_LIBRARY(wedlm_cpu, m) {
+  // a catch-all kernel: the packed tensor's dispatch key is oneDNN's, not the CPU's
+  m.def("remember(Tensor packed, int key) -> int", remember);
+  m.def("onednn_linear(Tensor x, Tensor weight, Tensor? bias, int packed_key, int min_macs, int min_rows) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(wedlm_cpu, CPU, m) { m.impl("onednn_linear", onednn_linear); }
