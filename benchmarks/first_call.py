@@ -7,13 +7,15 @@ for one chat-formatted prompt (the tokenizer's chat template, as `wedlm generate
   * first call: the first `generate` of one prompt (compiles, or loads compiled graphs);
   * second call: the same `generate` again (the steady state);
   * graphs and compile s: the compiled forward's own count and time (`CompiledForward`).
-The processes, in order: "cold" (an empty compile cache folder), "warm" (the same folder again:
-what a second `wedlm generate` on this machine pays) and "eager" (`enforce_eager=True`).
+The processes, in order: "cold" (an empty cache folder: no compiled graphs and, on a CPU, no
+built C++ operators, `engine/native.py`), "warm" (the same folder again: what a second
+`wedlm generate` on this machine pays) and "eager" (`enforce_eager=True`).
 
     python benchmarks/first_call.py [--model models/wedlm-tiny] [--max-tokens 128] [--repeats 1]
 
-The compile cache folder is a fresh temporary one (TORCHINDUCTOR_CACHE_DIR), so "cold" is cold
-whatever ~/.cache/wedlm/torch-compile holds; it is deleted at the end. `--repeats N` runs the
+The cache folder is a fresh temporary one ($WEDLM_CACHE, with TORCHINDUCTOR_CACHE_DIR inside it),
+so "cold" is cold whatever ~/.cache/wedlm holds; it is deleted at the end. The C++ operators are
+built while `LLM(...)` loads, so a cold "load s" includes their build. `--repeats N` runs the
 cold / warm / eager triple N times with a new folder each time and prints every run.
 """
 
@@ -62,7 +64,7 @@ def child(model: str, max_tokens: int, eager: bool) -> dict:
 
 
 def run(model: str, max_tokens: int, cache: Path, eager: bool) -> dict:
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache), OMP_NUM_THREADS="1",
+    env = dict(os.environ, WEDLM_CACHE=str(cache), TORCHINDUCTOR_CACHE_DIR=str(cache / "torch-compile"), OMP_NUM_THREADS="1",
                PYTHONPATH=str(Path(__file__).resolve().parents[1]))
     env.pop("WEDLM_ENFORCE_EAGER", None)  # the default configuration, not a test suite's
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--model", model,

@@ -109,6 +109,11 @@ def test_compile_cache_dir(monkeypatch, tmp_path):
     import os
 
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "wedlm" / "torch-compile")
+    # importing dynamo exports torch's own default (a folder under /tmp): that is not a choice
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default_cache_dir())
+    assert compile_cache_dir() == tmp_path / "wedlm" / "torch-compile"
 
 
 def test_plain_weights_are_static_and_settings_are_restored(compiled_llm):

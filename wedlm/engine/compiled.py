@@ -78,8 +78,17 @@ def compile_cache_dir() -> Path:
     """Where compiled graphs are cached across processes: `$TORCHINDUCTOR_CACHE_DIR` when set
     (torch's own variable), else `cache_dir()/torch-compile` (~/.cache/wedlm/torch-compile, or
     under `$WEDLM_CACHE`). Sets TORCHINDUCTOR_CACHE_DIR to it for this process when unset, the
-    one place torch reads it (torch's default is a folder under /tmp, lost on reboot)."""
-    return Path(os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "torch-compile")))
+    one place torch reads it (torch's default is a folder under /tmp, lost on reboot).
+
+    Importing torch's dynamo exports torch's default folder into the variable itself, so a
+    value equal to that default counts as unset.
+    """
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if current is None or os.path.abspath(current) == os.path.abspath(default_cache_dir()):
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir() / "torch-compile")
+    return Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
 
 
 class CompiledForward:
