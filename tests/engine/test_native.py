@@ -1,6 +1,7 @@
 """The C++ operators of compiled CPU graphs (`native.py`, `csrc/`): built once and cached; the
 oneDNN matmul gives the Python operator's results exactly and holds weak keys; the one-row
-matmul is the matrix-vector product; a failed build is harmless."""
+matmul is the matrix-vector product and the one-query attention SDPA's; a failed build is
+harmless."""
 
 import gc
 import hashlib
@@ -12,14 +13,14 @@ import torch
 import torch.nn.functional as F
 
 from wedlm.engine import native
-from wedlm.engine.fast_model import ONEDNN_MIN_ROWS, PACKED_MIN_MACS, pack_weight, use_native_linear
+from wedlm.engine.fast_model import ONEDNN_MIN_ROWS, PACKED_MIN_MACS, pack_weight, use_native_ops
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN")
 
 
 @pytest.fixture(scope="module")
 def cpp_op():
-    assert use_native_linear(), "the C++ operator did not build (is there a C++ compiler and ninja?)"
+    assert use_native_ops(), "the C++ operator did not build (is there a C++ compiler and ninja?)"
     return torch.ops.wedlm_cpu.onednn_linear.default
 
 
@@ -73,12 +74,12 @@ def test_a_key_does_not_keep_its_packed_weight_alive(cpp_op):
 
 
 def test_weights_packed_before_the_load_are_known(cpp_op):
-    """`use_native_linear` hands over the keys of weights packed before it ran; `pack_weight`
+    """`use_native_ops` hands over the keys of weights packed before it ran; `pack_weight`
     those after. Both reach oneDNN on the packed copy at 2 rows (below the unpacked rule)."""
     w = torch.randn(4096, 192)
     x = torch.randn(2, 192)
     packed, key = pack_weight(w)
-    assert use_native_linear()  # idempotent
+    assert use_native_ops()  # idempotent
     assert _calls_onednn(lambda: cpp_op(x, w, None, key, PACKED_MIN_MACS, ONEDNN_MIN_ROWS))
     del packed
 
@@ -88,7 +89,7 @@ def test_the_library_is_cached_on_disk(cpp_op):
     a name holding the source's hash."""
     libs = list(native.build_dir().glob("wedlm_cpu_*/wedlm_cpu_*.so"))
     assert libs, native.build_dir()
-    assert [p.name for p in native.SOURCES] == ["one_row_mm.cpp", "onednn_linear.cpp"]
+    assert [p.name for p in native.SOURCES] == ["one_query_attention.cpp", "one_row_mm.cpp", "onednn_linear.cpp"]
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in native.SOURCES)).hexdigest()[:12]
     assert any(lib.parent.name == f"wedlm_cpu_{digest}" for lib in libs)
 
@@ -128,3 +129,27 @@ def test_one_row_mm_refuses_what_it_does_not_compute(cpp_op):
         torch.ops.wedlm_cpu.one_row_mm(torch.randn(1, 8), torch.randn(4, 8).t())
     with pytest.raises(RuntimeError, match="must be float32"):
         torch.ops.wedlm_cpu.one_row_mm(torch.randn(1, 8).double(), torch.randn(8, 4).double())
+
+
+@pytest.mark.parametrize("batch,q_heads,kv_heads,keys,dim", [
+    (1, 4, 2, 41, 48), (1, 4, 2, 500, 48), (2, 4, 2, 33, 48), (1, 8, 8, 17, 20), (1, 4, 2, 1, 48), (1, 4, 1, 7, 64),
+])
+def test_one_query_attention_is_sdpa(cpp_op, batch, q_heads, kv_heads, keys, dim):
+    """One query per head over every key, grouped-query heads, the cache's strided key views:
+    SDPA's result within float32 rounding."""
+    gen = torch.Generator().manual_seed(keys * 10 + dim)
+    q = torch.randn(batch, 1, q_heads, dim, generator=gen).transpose(1, 2)
+    k = torch.randn(batch, keys, kv_heads, dim, generator=gen).transpose(1, 2)
+    v = torch.randn(batch, keys, kv_heads, dim, generator=gen).transpose(1, 2)
+    want = F.scaled_dot_product_attention(q, k, v, scale=0.15, enable_gqa=True)
+    got = torch.ops.wedlm_cpu.one_query_attention(q, k, v, 0.15)
+    assert got.shape == want.shape and got.is_contiguous()
+    assert (got - want).abs().max().item() <= 2e-6
+
+
+def test_one_query_attention_refuses_what_it_does_not_compute(cpp_op):
+    q, k = torch.randn(1, 4, 2, 48), torch.randn(1, 2, 9, 48)
+    with pytest.raises(RuntimeError, match=r"q must be \[B, Hq, 1, D\]"):
+        torch.ops.wedlm_cpu.one_query_attention(q, k, k, 0.1)
+    with pytest.raises(RuntimeError, match="Hq a multiple of Hkv"):
+        torch.ops.wedlm_cpu.one_query_attention(torch.randn(1, 3, 1, 48), k, k, 0.1)

@@ -198,12 +198,13 @@ def test_compiled_onednn_equals_eager(tiny_path, monkeypatch):
         assert got == want
         assert "wedlm_cpu::onednn_linear" in ops and "wedlm::onednn_linear" not in ops
     # `ar` at batch 1 runs the one-query graph of one token and one logit row: the C++ one-row
-    # matmul on the transposed weight copies
+    # matmul on the transposed weight copies and the C++ one-query attention
     compiled.add_request(list(range(5, 25)), SamplingParams(temperature=0.0, max_tokens=6, decoding="ar",
                                                             ignore_eos=True))
     compiled.step()  # the prefill: a multi-query graph
     ops = _ops(lambda: [compiled.step() for _ in range(3)])
     assert "wedlm_cpu::onednn_linear" not in ops and "wedlm_cpu::one_row_mm" in ops
+    assert "wedlm_cpu::one_query_attention" in ops
     while compiled.has_unfinished():
         compiled.step()
     # two sequences: a multi-row graph, whose opaque op applies the row rule at run time:

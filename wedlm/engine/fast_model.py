@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..model.attention import use_one_query_attention
 from ..model.layers import RMSNorm, SwiGLU, apply_rope
 from ..model.qwen import Attention, QwenForCausalLM
 from . import native
@@ -74,7 +75,7 @@ TRANSPOSED_GEMV_MAX_BYTES = 2 << 30
 _PACKED: dict[int, weakref.ref] = {}
 _PACK_KEYS = itertools.count(1)
 _LINEAR_POINTWISE = torch.ops.mkldnn._linear_pointwise.default if torch.backends.mkldnn.is_available() else None
-# The C++ oneDNN matmul compiled graphs call once `use_native_linear` loaded the C++ operators
+# The C++ oneDNN matmul compiled graphs call once `use_native_ops` loaded the C++ operators
 # (else the Python one); not None also means `wedlm_cpu::one_row_mm` is there.
 _native_linear = None
 
@@ -96,11 +97,13 @@ def pack_weight(weight: torch.Tensor) -> tuple[torch.Tensor, int]:
     return packed, key
 
 
-def use_native_linear() -> bool:
+def use_native_ops() -> bool:
     """Compiled graphs traced from now on call the C++ operators (`native.load`): the prepacked
     oneDNN matmul `wedlm_cpu::onednn_linear` instead of the Python `wedlm::onednn_linear` (same
     rule, same oneDNN call, no call back into the interpreter per matmul) and
-    `wedlm_cpu::one_row_mm` for one-row matmuls on transposed copies instead of BLAS. Every live
+    `wedlm_cpu::one_row_mm` for one-row matmuls on transposed copies instead of BLAS, and
+    `wedlm_cpu::one_query_attention` for the unmasked one-query attention of a batch-1 `ar`
+    step instead of SDPA (`attention.use_one_query_attention`). Every live
     prepacked weight's key is handed over (and every later one, by `pack_weight`). False, with
     nothing changed, when the C++ operators cannot be built."""
     global _native_linear
@@ -110,6 +113,7 @@ def use_native_linear() -> bool:
             if packed is not None:
                 torch.ops.wedlm_cpu.remember(packed, key)
         _native_linear = torch.ops.wedlm_cpu.onednn_linear.default
+        use_one_query_attention(torch.ops.wedlm_cpu.one_query_attention.default)
     return _native_linear is not None
 
 
@@ -134,7 +138,7 @@ def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
         rows go to F.linear unchanged; eager inputs are padded with zero rows to a shape bucket
         (`buckets.bucket`) so that oneDNN sees few distinct shapes. Inside `torch.compile` every
         input of more than one row is an opaque operator (`wedlm_cpu::onednn_linear` in C++ once
-        `use_native_linear` loaded it, else `wedlm::onednn_linear`) that applies the same row rule
+        `use_native_ops` loaded it, else `wedlm::onednn_linear`) that applies the same row rule
         to the concrete row count at run time (a test in the graph would be a guard that splits
         graphs);
         the batch-1, one-query graph has one token and one logit row (`buckets.StepShape.of`)
@@ -217,7 +221,7 @@ def one_row_linear(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor |
 
     Returns:
         [..., out_features] in x's dtype; equal to F.linear within float32 summation order.
-        Compiled graphs (once `use_native_linear` loaded the C++ operators) run
+        Compiled graphs (once `use_native_ops` loaded the C++ operators) run
         `wedlm_cpu::one_row_mm`, eager calls BLAS.
     """
     if _native_linear is not None and torch.compiler.is_compiling():

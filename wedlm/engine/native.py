@@ -4,7 +4,7 @@
 needs anyway) through `torch.utils.cpp_extension`, once per machine, torch version and source:
 the library lands in `cache_dir()/torch-extensions/<torch version>/` and a later process only
 loads it (~19 s to build on a 2-core Zen 4 machine, ~10 ms to load). Compiled CPU graphs
-call its operators (`fast_model.use_native_linear`):
+call its operators (`fast_model.use_native_ops`):
 
 * `torch.ops.wedlm_cpu.onednn_linear`: the float32 oneDNN matmul on a prepacked weight
   (`fast_model.onednn_linear`), with `torch.ops.wedlm_cpu.remember` for the prepacked weights'
@@ -13,6 +13,9 @@ call its operators (`fast_model.use_native_linear`):
 * `torch.ops.wedlm_cpu.one_row_mm`: x[1, K] @ weight_t[K, N], the one-row float32 matmuls of a
   batch-1 `ar` step (`fast_model.one_row_linear`), a loop that streams the weights faster than
   torch's BLAS does on AMD CPUs (its kernel there is 4-wide SSE).
+* `torch.ops.wedlm_cpu.one_query_attention`: the same step's attention, one query per head over
+  exactly the sequence's keys (`PagedAttention.attend`), 2-4x faster than SDPA's flash kernel
+  over 100-1000 keys.
 
 Without a compiler or with a failed build `load()` returns False, logs why once, and compiled
 graphs keep the Python operator and BLAS (same tokens).
@@ -76,6 +79,7 @@ def _build() -> bool:
         return False
     torch.library.register_fake("wedlm_cpu::onednn_linear")(_onednn_linear_fake)
     torch.library.register_fake("wedlm_cpu::one_row_mm")(_one_row_mm_fake)
+    torch.library.register_fake("wedlm_cpu::one_query_attention")(_one_query_attention_fake)
     return True
 
 
@@ -85,3 +89,7 @@ def _onednn_linear_fake(x, weight, bias, packed_key, min_macs, min_rows):
 
 def _one_row_mm_fake(x, weight_t):
     return x.new_empty((1, weight_t.shape[1]))
+
+
+def _one_query_attention_fake(q, k, v, scale):
+    return q.new_empty(q.shape)

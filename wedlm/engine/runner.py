@@ -29,7 +29,7 @@ from .fast_model import (
     optimize_for_inference,
     plain_weights,
     precast_for_autocast,
-    use_native_linear,
+    use_native_ops,
     use_onednn_linear,
     use_transposed_gemv,
 )
@@ -117,7 +117,7 @@ class ModelRunner:
         self.transposed_gemv = (fast_path and autocast is None and not sharded
                                 and use_transposed_gemv(self.model))
         if not enforce_eager and (self.transposed_gemv or (fast_path and onednn_linear and autocast is None)):
-            use_native_linear()  # the compiled graph's matmuls in C++ (`native.py`)
+            use_native_ops()  # the compiled graph's matmuls in C++ (`native.py`)
         self.device = model.device
         # [MASK] is an input symbol, never an output: its logit column is -inf in every row
         # returned, for every decoder and the AR head. The engine sets its one [MASK] id here.

@@ -228,12 +228,31 @@ class PagedAttention:
             queries = q.unsqueeze(0)  # [1, T, Hq, D]
         else:
             queries = _rows(q, self.q_index)  # [B, max_q, Hq, D]
-        out = sdpa(queries.transpose(1, 2), keys.to(queries.dtype), values.to(queries.dtype), self.mask,
-                   False, scale)
+        if (_one_query_attention is not None and self.mask is None and queries.shape[1] == 1
+                and queries.dtype == keys.dtype == torch.float32 and torch.compiler.is_compiling()):
+            # a symbolic size is never 1 (torch specialises 1): only the one-query graph tests true
+            out = _one_query_attention(queries.transpose(1, 2), keys, values, scale)
+        else:
+            out = sdpa(queries.transpose(1, 2), keys.to(queries.dtype), values.to(queries.dtype), self.mask,
+                       False, scale)
         out = out.transpose(1, 2)  # [B, max_q, Hq, D]
         if self.t_index is None:
             return out[0]
         return _rows(out.reshape(-1, *out.shape[2:]), self.t_index)  # [T, Hq, D]
+
+
+# The kernel compiled CPU graphs run for one query per head over exactly the sequence's keys (the
+# batch-1 `ar` step: no mask): q [B, Hq, 1, D], k/v [B, Hkv, Lk, D], scale -> [B, Hq, 1, D].
+# The engine installs its C++ operator here (`engine/native.py`, `use_one_query_attention`); None
+# keeps SDPA.
+_one_query_attention = None
+
+
+def use_one_query_attention(kernel) -> None:
+    """Install `kernel` (or None: SDPA) for the one-query, unmasked float32 CPU attention of
+    compiled graphs traced from now on (`PagedAttention.attend`)."""
+    global _one_query_attention
+    _one_query_attention = kernel
 
 
 def _rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
