@@ -1,9 +1,9 @@
 """The engine's C++ CPU operators (`csrc/`), built on first use and cached on disk.
 
-`load()` builds `csrc/*.cpp` with the system's C++ compiler (the one inductor's compiled forward
+`load()` builds `csrc/` with the system's C++ compiler (the one inductor's compiled forward
 needs anyway) through `torch.utils.cpp_extension`, once per machine, torch version and source:
 the library lands in `cache_dir()/torch-extensions/<torch version>/` and a later process only
-loads it (~19 s to build on a 2-core Zen 4 machine, ~10 ms to load). Compiled CPU graphs
+loads it (~10 s to build on one Zen 4 core, ~10 ms to load). Compiled CPU graphs
 call its operators (`fast_model.use_native_ops`):
 
 * `torch.ops.wedlm_cpu.onednn_linear`: the float32 oneDNN matmul on a prepacked weight
@@ -34,7 +34,9 @@ from ..model.source import cache_dir
 
 log = logging.getLogger(__name__)
 
-SOURCES = sorted((Path(__file__).parent / "csrc").glob("*.cpp"))
+CSRC = Path(__file__).parent / "csrc"
+# one translation unit that includes the others (`csrc/wedlm_cpu.cpp`: torch's headers parsed once)
+SOURCE = CSRC / "wedlm_cpu.cpp"
 
 _lock = threading.Lock()
 _state: dict[str, bool] = {}
@@ -58,7 +60,7 @@ def load() -> bool:
 
 
 def _build() -> bool:
-    digest = hashlib.sha256(b"".join(path.read_bytes() for path in SOURCES)).hexdigest()
+    digest = sources_digest()
     # the sources' hash in the name: an edited source builds anew instead of loading a stale library
     name = f"wedlm_cpu_{digest[:12]}"
     folder = build_dir() / name
@@ -71,7 +73,7 @@ def _build() -> bool:
 
             folder.mkdir(parents=True, exist_ok=True)
             log.info("building the engine's C++ operators into %s (once per machine and torch version)", folder)
-            cpp_extension.load(name=name, sources=[str(path) for path in SOURCES], build_directory=str(folder),
+            cpp_extension.load(name=name, sources=[str(SOURCE)], build_directory=str(folder),
                                is_python_module=False, extra_cflags=["-O3"], verbose=False)
     except Exception as err:  # any build or load failure leaves the Python operator in place
         log.warning("C++ operators not built (%s: %s); the compiled forward keeps the Python operator and BLAS",
@@ -81,6 +83,15 @@ def _build() -> bool:
     torch.library.register_fake("wedlm_cpu::one_row_mm")(_one_row_mm_fake)
     torch.library.register_fake("wedlm_cpu::one_query_attention")(_one_query_attention_fake)
     return True
+
+
+def sources_digest() -> str:
+    """sha256 over every file of `csrc/` (name and content), in name order."""
+    digest = hashlib.sha256()
+    for path in sorted(CSRC.iterdir()):
+        if path.is_file():
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
 
 
 def _onednn_linear_fake(x, weight, bias, packed_key, min_macs, min_rows):

@@ -11,21 +11,13 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include "simd.h"
+
 #include <vector>
 
 namespace {
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-// `flatten`: the helpers below are inlined into each clone and built for its instruction set
-#define WEDLM_CLONES __attribute__((target_clones("avx512f", "avx2,fma", "default"), flatten))
-#else
-#define WEDLM_CLONES
-#endif
-
-typedef float v16 __attribute__((vector_size(64), aligned(4)));
-typedef int32_t i16 __attribute__((vector_size(64), aligned(4)));
-
-constexpr int64_t LANES = 16;
+using namespace wedlm_simd;
 
 inline v16 splat(float x) { return v16{} + x; }
 

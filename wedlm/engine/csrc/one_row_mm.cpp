@@ -5,21 +5,16 @@
 //
 // The loop reads weight_t row after row, four rows at a time, as four sequential streams, and
 // accumulates into y (N floats, in L1 for N up to a few thousand). Each y[n] sums its K products
-// in order k = 0..K-1, so the result is BLAS's within float32 summation order. GCC builds the
-// kernel for AVX-512, AVX2 and plain x86-64 and picks one when the library loads (target_clones).
+// in order k = 0..K-1, so the result is BLAS's within float32 summation order.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include "simd.h"
+
 namespace {
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define WEDLM_CLONES __attribute__((target_clones("avx512f", "avx2,fma", "default")))
-#else
-#define WEDLM_CLONES
-#endif
-
-typedef float v16 __attribute__((vector_size(64), aligned(4)));
+using namespace wedlm_simd;
 
 // y[n0:n1] = x @ wt[:, n0:n1]
 WEDLM_CLONES void rows_stream(const float* x, const float* wt, int64_t K, int64_t N, int64_t n0, int64_t n1,
