@@ -116,8 +116,8 @@ class ModelRunner:
         # one-row float32 matmuls on transposed weight copies (CPU, one process, no autocast)
         self.transposed_gemv = (fast_path and autocast is None and not sharded
                                 and use_transposed_gemv(self.model))
-        if not enforce_eager and (self.transposed_gemv or (fast_path and onednn_linear and autocast is None)):
-            use_native_ops()  # the compiled graph's matmuls in C++ (`native.py`)
+        if not enforce_eager and model.device.type == "cpu" and not sharded:
+            use_native_ops()  # the compiled graph's float32 matmuls and one-query attention in C++ (`native.py`)
         self.device = model.device
         # [MASK] is an input symbol, never an output: its logit column is -inf in every row
         # returned, for every decoder and the AR head. The engine sets its one [MASK] id here.
