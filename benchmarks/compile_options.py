@@ -14,7 +14,7 @@ to the engine's own setting, and fails if any configuration's token ids differ.
 
 `no-cpp-ops` is the shipped configuration without the engine's C++ operators (`engine/native.py`):
 the oneDNN matmul as the Python operator (`wedlm::onednn_linear`, a CPU-only kernel), one-row
-matmuls by BLAS and one-query attention by SDPA; `custom-op` the Python kernel registered by `torch.library.custom_op`
+matmuls by BLAS and attention by SDPA; `custom-op` the Python kernel registered by `torch.library.custom_op`
 (autograd and Python-dispatch layers around it); `skip-guards` runs the shipped graphs under
 `torch.compiler.set_stance(skip_guard_eval_unsafe=True)` once warm (only the guards that tell
 the cached graphs apart are checked; not safe for an engine, measured to know what guards cost);
@@ -75,10 +75,10 @@ def patched(name: str, warm: bool):
     from wedlm.engine import fast_model
     from wedlm.model import attention
 
-    shipped, native, one_query = fast_model._onednn_linear_op, fast_model._native_linear, attention._one_query_attention
+    shipped, native, kernels = fast_model._onednn_linear_op, fast_model._native_linear, dict(attention._cpu_attention)
     if name in ("no-cpp-ops", "custom-op"):
         fast_model._native_linear = None
-        attention.use_one_query_attention(None)
+        attention.use_cpu_attention(None, None)
     if name == "custom-op":
         fast_model._onednn_linear_op = _CUSTOM_OP.setdefault("op", _custom_op())
     stance = torch.compiler.set_stance(skip_guard_eval_unsafe=True) if name == "skip-guards" and warm else None
@@ -90,7 +90,7 @@ def patched(name: str, warm: bool):
                 yield
     finally:
         fast_model._onednn_linear_op, fast_model._native_linear = shipped, native
-        attention.use_one_query_attention(one_query)
+        attention.use_cpu_attention(kernels["one_query"], kernels["window"])
 
 
 _CUSTOM_OP: dict = {}

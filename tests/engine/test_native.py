@@ -154,3 +154,44 @@ def test_one_query_attention_refuses_what_it_does_not_compute(cpp_op):
         torch.ops.wedlm_cpu.one_query_attention(q, k, k, 0.1)
     with pytest.raises(RuntimeError, match="Hq a multiple of Hkv"):
         torch.ops.wedlm_cpu.one_query_attention(torch.randn(1, 3, 1, 48), k, k, 0.1)
+
+
+def _causal_mask(batch, queries, keys, context):
+    """bool [batch, 1, queries, keys]: query i of sequence b sees keys 0..context[b] + i."""
+    ctx = torch.tensor(context)[:, None, None]
+    return (torch.arange(keys)[None, None, :] <= ctx + torch.arange(queries)[None, :, None])[:, None]
+
+
+@pytest.mark.parametrize("batch,q_heads,kv_heads,queries,keys,dim", [
+    (1, 4, 2, 16, 500, 48), (1, 4, 2, 1, 41, 48), (2, 4, 2, 7, 33, 48), (1, 8, 8, 3, 17, 20),
+    (1, 4, 2, 31, 100, 48), (1, 4, 1, 9, 50, 64), (1, 4, 2, 64, 64, 48), (2, 2, 2, 5, 12, 80),
+])
+def test_window_attention_is_sdpa(cpp_op, batch, q_heads, kv_heads, queries, keys, dim):
+    """A run of queries per head with its mask (causal on the cache, a hidden key in the middle, a
+    second sequence's shorter context), no mask, grouped-query heads: SDPA's result within float32
+    rounding, returned with the [B, Lq, Hq, D] layout the output projection reads."""
+    gen = torch.Generator().manual_seed(queries * 1000 + keys)
+    q = torch.randn(batch, queries, q_heads, dim, generator=gen).transpose(1, 2)
+    k = torch.randn(batch, keys, kv_heads, dim, generator=gen).transpose(1, 2)
+    v = torch.randn(batch, keys, kv_heads, dim, generator=gen).transpose(1, 2)
+    context = [keys - queries] + [max(0, keys - queries - 3)] * (batch - 1)
+    mask = _causal_mask(batch, queries, keys, context).clone()
+    mask[..., min(3, keys - 1)] = keys <= 4  # a hidden key before each row's last visible one
+    for m in (mask, None):
+        want = F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=0.15, enable_gqa=True)
+        got = torch.ops.wedlm_cpu.window_attention(q, k, v, m, 0.15)
+        assert got.shape == want.shape and got.transpose(1, 2).is_contiguous()
+        assert (got - want).abs().max().item() <= 2e-6
+
+
+def test_window_attention_gives_zeros_where_sdpa_does(cpp_op):
+    """A query row that sees no key: zeros, as torch's CPU SDPA gives; the other rows are unaffected."""
+    q, k = torch.randn(1, 2, 3, 16), torch.randn(1, 2, 5, 16)
+    mask = torch.ones(1, 1, 3, 5, dtype=torch.bool)
+    mask[0, 0, 1] = False
+    got = torch.ops.wedlm_cpu.window_attention(q, k, k, mask, 0.25)
+    want = F.scaled_dot_product_attention(q, k, k, attn_mask=mask, scale=0.25)
+    assert torch.equal(want[:, :, 1], torch.zeros(1, 2, 16)) and torch.equal(got[:, :, 1], want[:, :, 1])
+    assert (got[:, :, [0, 2]] - want[:, :, [0, 2]]).abs().max().item() <= 1e-6
+    with pytest.raises(RuntimeError, match=r"mask must be bool \[B or 1, 1, Lq, Lk\]"):
+        torch.ops.wedlm_cpu.window_attention(q, k, k, mask.float(), 0.25)

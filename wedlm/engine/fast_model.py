@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..model.attention import use_one_query_attention
+from ..model.attention import use_cpu_attention
 from ..model.layers import RMSNorm, SwiGLU, apply_rope
 from ..model.qwen import Attention, QwenForCausalLM
 from . import native
@@ -102,8 +102,9 @@ def use_native_ops() -> bool:
     oneDNN matmul `wedlm_cpu::onednn_linear` instead of the Python `wedlm::onednn_linear` (same
     rule, same oneDNN call, no call back into the interpreter per matmul) and
     `wedlm_cpu::one_row_mm` for one-row matmuls on transposed copies instead of BLAS, and
-    `wedlm_cpu::one_query_attention` for the unmasked one-query attention of a batch-1 `ar`
-    step instead of SDPA (`attention.use_one_query_attention`). Every live
+    `wedlm_cpu::one_query_attention` (the unmasked one-query attention of a batch-1 `ar` step)
+    and `wedlm_cpu::window_attention` (every other step's) instead of SDPA
+    (`attention.use_cpu_attention`). Every live
     prepacked weight's key is handed over (and every later one, by `pack_weight`). False, with
     nothing changed, when the C++ operators cannot be built."""
     global _native_linear
@@ -113,7 +114,7 @@ def use_native_ops() -> bool:
             if packed is not None:
                 torch.ops.wedlm_cpu.remember(packed, key)
         _native_linear = torch.ops.wedlm_cpu.onednn_linear.default
-        use_one_query_attention(torch.ops.wedlm_cpu.one_query_attention.default)
+        use_cpu_attention(torch.ops.wedlm_cpu.one_query_attention.default, torch.ops.wedlm_cpu.window_attention.default)
     return _native_linear is not None
 
 

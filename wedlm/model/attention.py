@@ -228,11 +228,8 @@ class PagedAttention:
             queries = q.unsqueeze(0)  # [1, T, Hq, D]
         else:
             queries = _rows(q, self.q_index)  # [B, max_q, Hq, D]
-        if (_one_query_attention is not None and self.mask is None and queries.shape[1] == 1
-                and queries.dtype == keys.dtype == torch.float32 and torch.compiler.is_compiling()):
-            # a symbolic size is never 1 (torch specialises 1): only the one-query graph tests true
-            out = _one_query_attention(queries.transpose(1, 2), keys, values, scale)
-        else:
+        out = _cpu_kernel_attention(queries.transpose(1, 2), keys, values, self.mask, scale)
+        if out is None:
             out = sdpa(queries.transpose(1, 2), keys.to(queries.dtype), values.to(queries.dtype), self.mask,
                        False, scale)
         out = out.transpose(1, 2)  # [B, max_q, Hq, D]
@@ -241,18 +238,32 @@ class PagedAttention:
         return _rows(out.reshape(-1, *out.shape[2:]), self.t_index)  # [T, Hq, D]
 
 
-# The kernel compiled CPU graphs run for one query per head over exactly the sequence's keys (the
-# batch-1 `ar` step: no mask): q [B, Hq, 1, D], k/v [B, Hkv, Lk, D], scale -> [B, Hq, 1, D].
-# The engine installs its C++ operator here (`engine/native.py`, `use_one_query_attention`); None
-# keeps SDPA.
-_one_query_attention = None
+# Kernels that compiled CPU graphs run instead of SDPA for float32 paged attention; the engine
+# installs its C++ operators here (`engine/native.py`, `use_cpu_attention`), None keeps SDPA.
+# `one_query`: one query per head over exactly the sequence's keys, no mask (the batch-1 `ar`
+# step): q [B, Hq, 1, D], k/v [B, Hkv, Lk, D], scale -> [B, Hq, 1, D]. `window`: any other step,
+# with its mask: q [B, Hq, Lq, D], k/v, bool mask [B or 1, 1, Lq, Lk] or None, scale -> [B, Hq, Lq, D].
+_cpu_attention: dict = {"one_query": None, "window": None}
 
 
-def use_one_query_attention(kernel) -> None:
-    """Install `kernel` (or None: SDPA) for the one-query, unmasked float32 CPU attention of
-    compiled graphs traced from now on (`PagedAttention.attend`)."""
-    global _one_query_attention
-    _one_query_attention = kernel
+def use_cpu_attention(one_query=None, window=None) -> None:
+    """Install the float32 CPU attention kernels of compiled graphs traced from now on
+    (`PagedAttention.attend`); None for either keeps SDPA there."""
+    _cpu_attention["one_query"], _cpu_attention["window"] = one_query, window
+
+
+def _cpu_kernel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                          scale: float) -> torch.Tensor | None:
+    """The installed C++ kernel's attention (`use_cpu_attention`) for a compiled float32 CPU graph,
+    else None (SDPA). q [B, Hq, Lq, D], k/v [B, Hkv, Lk, D]."""
+    if not (torch.compiler.is_compiling() and q.device.type == "cpu" and q.dtype == k.dtype == torch.float32):
+        return None
+    # a symbolic size is never 1 (torch specialises 1): only the one-query graph tests true
+    if mask is None and q.shape[2] == 1 and _cpu_attention["one_query"] is not None:
+        return _cpu_attention["one_query"](q, k, v, scale)
+    if _cpu_attention["window"] is not None:
+        return _cpu_attention["window"](q, k, v, mask, scale)
+    return None
 
 
 def _rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

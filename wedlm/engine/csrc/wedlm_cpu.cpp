@@ -3,3 +3,4 @@
 #include "onednn_linear.cpp"
 #include "one_query_attention.cpp"
 #include "one_row_mm.cpp"
+#include "window_attention.cpp"
