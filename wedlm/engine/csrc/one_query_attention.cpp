@@ -19,35 +19,12 @@ namespace {
 
 using namespace wedlm_simd;
 
-inline v16 splat(float x) { return v16{} + x; }
-
 inline float horizontal_sum(v16 x) {
   x += __builtin_shuffle(x, i16{8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
   x += __builtin_shuffle(x, i16{4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3});
   x += __builtin_shuffle(x, i16{2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1});
   x += __builtin_shuffle(x, i16{1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0});
   return x[0];
-}
-
-// exp(x) for x <= 0 (scores minus their maximum); below -87 it returns ~0.
-inline v16 exp_nonpositive(v16 x) {
-  x = x < splat(-87.0f) ? splat(-87.0f) : x;
-  const v16 t = x * 1.44269504088896341f + 0.5f;  // n = floor(x * log2(e) + 0.5)
-  v16 n = __builtin_convertvector(__builtin_convertvector(t, i16), v16);
-  n = n > t ? n - 1.0f : n;
-  v16 r = x - n * 0.693359375f;
-  r = r + n * 2.12194440e-4f;
-  v16 p = splat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const i16 bits = (__builtin_convertvector(n, i16) + 127) << 23;
-  v16 scale;
-  __builtin_memcpy(&scale, &bits, sizeof(scale));
-  return p * scale;
 }
 
 inline float dot(const float* a, const float* b, int64_t D) {

@@ -24,28 +24,6 @@ namespace {
 
 using namespace wedlm_simd;
 
-inline v16 splat16(float x) { return v16{} + x; }
-
-inline v16 exp_le0(v16 x) {
-  x = x < splat16(-87.0f) ? splat16(-87.0f) : x;
-  const v16 t = x * 1.44269504088896341f + 0.5f;
-  v16 n = __builtin_convertvector(__builtin_convertvector(t, i16), v16);
-  n = n > t ? n - 1.0f : n;
-  v16 r = x - n * 0.693359375f;
-  r = r + n * 2.12194440e-4f;
-  v16 p = splat16(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const i16 bits = (__builtin_convertvector(n, i16) + 127) << 23;
-  v16 scale;
-  __builtin_memcpy(&scale, &bits, sizeof(scale));
-  return p * scale;
-}
-
 // dest[l][0 : 16 V] = inv[l] * sum_j p[j * 16 + l] v[j] for l < n (p: the score columns, 16 apart);
 // the 8 x V accumulators stay in registers.
 template <int V>
@@ -101,7 +79,7 @@ WEDLM_CLONES void attend_tile(const View4& q, const View4& k, const View4& v, co
   }
   // scores, one 16-row column per key: st[j][lane]
   const float* kb = k.data + b * k.s0 + g * k.s1;
-  v16 top = splat16(neg_inf);
+  v16 top = splat(neg_inf);
   const float* kj = kb;
   int64_t j = 0;
   // four keys at a time: each load of a query column feeds four independent FMA chains
@@ -118,7 +96,7 @@ WEDLM_CLONES void attend_tile(const View4& q, const View4& k, const View4& v, co
     const v16 sc[4] = {s0, s1, s2, s3};
     for (int u = 0; u < 4; ++u) {
       v16 x = sc[u] * scale;
-      x = splat16(static_cast<float>(j + u)) < endv ? x : splat16(neg_inf);
+      x = splat(static_cast<float>(j + u)) < endv ? x : splat(neg_inf);
       *(v16*)(st + (j + u) * LANES) = x;
       top = x > top ? x : top;
     }
@@ -127,7 +105,7 @@ WEDLM_CLONES void attend_tile(const View4& q, const View4& k, const View4& v, co
     v16 s0{};
     for (int64_t d = 0; d < D; ++d) s0 += kj[d] * *(const v16*)(qt + d * LANES);
     v16 x = s0 * scale;
-    x = splat16(static_cast<float>(j)) < endv ? x : splat16(neg_inf);
+    x = splat(static_cast<float>(j)) < endv ? x : splat(neg_inf);
     *(v16*)(st + j * LANES) = x;
     top = x > top ? x : top;
   }
@@ -137,7 +115,7 @@ WEDLM_CLONES void attend_tile(const View4& q, const View4& k, const View4& v, co
       for (int64_t j = 0; j < end[l]; ++j)
         if (!m[j]) st[j * LANES + l] = neg_inf;
     }
-    top = splat16(neg_inf);
+    top = splat(neg_inf);
     for (int64_t j = 0; j < span; ++j) {
       const v16 s = *(const v16*)(st + j * LANES);
       top = s > top ? s : top;
@@ -145,12 +123,12 @@ WEDLM_CLONES void attend_tile(const View4& q, const View4& k, const View4& v, co
   }
   // a lane with no visible key (an unused lane, or a fully masked row) weighs every key 0; its
   // total stays 0 and the row comes out 0, as SDPA's on a CPU
-  top = top == splat16(neg_inf) ? splat16(0.f) : top;
+  top = top == splat(neg_inf) ? splat(0.f) : top;
   v16 total{};
   for (int64_t j = 0; j < span; ++j) {
     const v16 x = *(const v16*)(st + j * LANES) - top;
-    v16 p = exp_le0(x);
-    p = x == splat16(neg_inf) ? splat16(0.f) : p;
+    v16 p = exp_nonpositive(x);
+    p = x == splat(neg_inf) ? splat(0.f) : p;
     *(v16*)(st + j * LANES) = p;
     total += p;
   }
