@@ -187,6 +187,8 @@ def test_compiled_onednn_equals_eager(tiny_path, monkeypatch):
     monkeypatch.setenv("WEDLM_CPU_LINEAR", "onednn")
     eager = LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=16, device="cpu")
     compiled = LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=16, device="cpu", enforce_eager=False)
+    assert compiled.engine.runner.native_ops and not eager.engine.runner.native_ops
+    assert compiled.engine.matmuls.endswith("the compiled forward's matmuls and attention by the engine's C++ operators")
     prompts = [list(range(5, 25)), list(range(7, 12))]
     for decoding in ("ar", "wedlm"):
         params = SamplingParams(temperature=0.0, max_tokens=20, decoding=decoding, ignore_eos=True,

@@ -99,6 +99,8 @@ class Engine:
                                          enforce_eager=self.enforce_eager)
         if getattr(self.runner, "transposed_gemv", False):
             self.matmuls += "; one-row matmuls on transposed weight copies"
+        if getattr(self.runner, "native_ops", False):
+            self.matmuls += "; the compiled forward's matmuls and attention by the engine's C++ operators"
         log.info("engine: %s, %s on %s, %s forward (enforce_eager=%s: %s)", self.precision, self.matmuls, device,
                  "eager" if self.enforce_eager else "compiled", self.enforce_eager, why_eager)
         self.runner.mask_token_id = self.mask_token_id  # the one [MASK] id, banned from every output

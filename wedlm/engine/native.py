@@ -78,7 +78,7 @@ def _build() -> bool:
             cpp_extension.load(name=name, sources=[str(SOURCE)], build_directory=str(folder),
                                is_python_module=False, extra_cflags=["-O3"], verbose=False)
     except Exception as err:  # any build or load failure leaves the Python operator in place
-        log.warning("C++ operators not built (%s: %s); the compiled forward keeps the Python operator and BLAS",
+        log.warning("C++ operators not built (%s: %s); the compiled forward keeps torch's kernels",
                     type(err).__name__, str(err).strip().splitlines()[-1] if str(err).strip() else "")
         return False
     torch.library.register_fake("wedlm_cpu::onednn_linear")(_onednn_linear_fake)

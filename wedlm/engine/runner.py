@@ -102,6 +102,8 @@ class ModelRunner:
 
     With `fast_path`, no autocast and not `sharded`, a float32 CPU model's one-row matmuls run on
     transposed weight copies (`fast_model.use_transposed_gemv`; `transposed_gemv` says whether).
+    A compiled CPU forward of one process calls the engine's C++ operators (`native.py`;
+    `native_ops` says whether they loaded).
     """
 
     def __init__(self, model: QwenForCausalLM, num_blocks: int, block_size: int, fast_path: bool = True,
@@ -116,8 +118,8 @@ class ModelRunner:
         # one-row float32 matmuls on transposed weight copies (CPU, one process, no autocast)
         self.transposed_gemv = (fast_path and autocast is None and not sharded
                                 and use_transposed_gemv(self.model))
-        if not enforce_eager and model.device.type == "cpu" and not sharded:
-            use_native_ops()  # the compiled graph's float32 matmuls and one-query attention in C++ (`native.py`)
+        # the compiled graph's float32 matmuls and attention by the engine's C++ operators (`native.py`)
+        self.native_ops = not enforce_eager and model.device.type == "cpu" and not sharded and use_native_ops()
         self.device = model.device
         # [MASK] is an input symbol, never an output: its logit column is -inf in every row
         # returned, for every decoder and the AR head. The engine sets its one [MASK] id here.
