@@ -6,7 +6,13 @@
 
 #include <cstdint>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// -DWEDLM_VARIANT=2 (AVX2+FMA) or =0 (plain) builds one variant alone (`test_native.py` checks the
+// variants a CPU with AVX-512 never runs).
+#if defined(WEDLM_VARIANT) && WEDLM_VARIANT == 2
+#define WEDLM_CLONES __attribute__((target("avx2,fma"), flatten))
+#elif defined(WEDLM_VARIANT)
+#define WEDLM_CLONES __attribute__((flatten))
+#elif defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define WEDLM_CLONES __attribute__((target_clones("avx512f", "avx2,fma", "default"), flatten))
 #else
 #define WEDLM_CLONES
