@@ -14,13 +14,13 @@ call its operators (`fast_model.use_native_ops`):
   batch-1 `ar` step (`fast_model.one_row_linear`), a loop that streams the weights faster than
   torch's BLAS does on AMD CPUs (its kernel there is 4-wide SSE).
 * `torch.ops.wedlm_cpu.one_query_attention`: the same step's attention, one query per head over
-  exactly the sequence's keys (`PagedAttention.attend`), 2-4x faster than SDPA's flash kernel
+  exactly the sequence's keys (`PagedAttention.attend`), 1.8-2x faster than SDPA's flash kernel
   over 100-1000 keys.
 * `torch.ops.wedlm_cpu.window_attention`: every other step's attention (a window of queries, or a
   prefill, with its mask), 0.44-0.71x SDPA's time for the shipped model's shapes.
 
 Without a compiler or with a failed build `load()` returns False, logs why once, and compiled
-graphs keep the Python operator and BLAS (same tokens).
+graphs keep torch's kernels (the Python oneDNN operator, BLAS, SDPA; same tokens).
 """
 
 from __future__ import annotations

@@ -11,12 +11,14 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include "heads.h"
 #include "simd.h"
 
 #include <vector>
 
 namespace {
 
+using namespace wedlm_heads;
 using namespace wedlm_simd;
 
 inline float horizontal_sum(v16 x) {
@@ -36,13 +38,18 @@ inline float dot(const float* a, const float* b, int64_t D) {
   return s;
 }
 
-struct Strides {
-  const float* data;
-  int64_t batch, head, row;
-};
+// out[0 : 16 V] = inv * sum_j p[j] v[j * row : j * row + 16 V]; the V accumulators stay in registers.
+template <int V>
+inline void weighted_row(const float* p, const float* v, int64_t row, int64_t keys, float inv, float* out) {
+  v16 acc[V];
+  for (int u = 0; u < V; ++u) acc[u] = v16{};
+  for (int64_t j = 0; j < keys; ++j, v += row)
+    for (int u = 0; u < V; ++u) acc[u] += p[j] * *(const v16*)(v + u * LANES);
+  for (int u = 0; u < V; ++u) *(v16*)(out + u * LANES) = acc[u] * inv;
+}
 
 // Query head h of sequence b: out[0:D].
-WEDLM_CLONES void attend_one(const Strides& q, const Strides& k, const Strides& v, int64_t keys, int64_t dim,
+WEDLM_CLONES void attend_one(const HeadView& q, const HeadView& k, const HeadView& v, int64_t keys, int64_t dim,
                              int64_t group, int64_t b, int64_t h, float scale, float* scores, float* out) {
   const int64_t g = h / group;
   const float* qh = q.data + b * q.batch + h * q.head;
@@ -69,18 +76,13 @@ WEDLM_CLONES void attend_one(const Strides& q, const Strides& k, const Strides& 
     total += scores[j];
   }
   const float inv = 1.0f / total;
-  // accumulators for up to 8 x 16 floats of head dimension stay in registers
-  v16 acc[8];
-  const int64_t vecs = dim / LANES;
-  if (vecs <= 8 && vecs * LANES == dim) {
-    for (int64_t u = 0; u < vecs; ++u) acc[u] = v16{};
-    for (int64_t j = 0; j < keys; ++j) {
-      const float p = scores[j];
-      const float* vj = vb + j * v.row;
-      for (int64_t u = 0; u < vecs; ++u) acc[u] += p * *(const v16*)(vj + u * LANES);
-    }
-    for (int64_t u = 0; u < vecs; ++u) *(v16*)(out + u * LANES) = acc[u] * inv;
-    return;
+  switch (dim) {
+    case 16: return weighted_row<1>(scores, vb, v.row, keys, inv, out);
+    case 32: return weighted_row<2>(scores, vb, v.row, keys, inv, out);
+    case 48: return weighted_row<3>(scores, vb, v.row, keys, inv, out);
+    case 64: return weighted_row<4>(scores, vb, v.row, keys, inv, out);
+    case 128: return weighted_row<8>(scores, vb, v.row, keys, inv, out);
+    default: break;
   }
   for (int64_t d = 0; d < dim; ++d) out[d] = 0.f;
   for (int64_t j = 0; j < keys; ++j)
@@ -91,19 +93,11 @@ WEDLM_CLONES void attend_one(const Strides& q, const Strides& k, const Strides& 
 // q [B, Hq, 1, D], k/v [B, Hkv, Lk, D] with Lk >= 1 (any strides, last dimension contiguous).
 // Returns [B, Hq, 1, D], contiguous.
 at::Tensor one_query_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
-  TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat,
-              "one_query_attention: q, k and v must be float32");
-  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && q.size(2) == 1,
-              "one_query_attention: q must be [B, Hq, 1, D] and k, v [B, Hkv, Lk, D]");
-  TORCH_CHECK(q.stride(3) == 1 && k.stride(3) == 1 && v.stride(3) == 1,
-              "one_query_attention: the head dimension of q, k and v must be contiguous");
+  check_qkv("one_query_attention", q, k, v);
+  TORCH_CHECK(q.size(2) == 1 && k.size(2) >= 1, "one_query_attention: q must be [B, Hq, 1, D] and k, v hold Lk >= 1 keys");
   const int64_t B = q.size(0), Hq = q.size(1), D = q.size(3), Hkv = k.size(1), Lk = k.size(2);
-  TORCH_CHECK(k.size(0) == B && v.sizes() == k.sizes() && k.size(3) == D && Lk >= 1 && Hkv >= 1 && Hq % Hkv == 0,
-              "one_query_attention: k and v must be [B, Hkv, Lk, D] with Lk >= 1 and Hq a multiple of Hkv");
   at::Tensor out = at::empty({B, Hq, 1, D}, q.options());
-  const Strides qs{q.data_ptr<float>(), q.stride(0), q.stride(1), 0};
-  const Strides ks{k.data_ptr<float>(), k.stride(0), k.stride(1), k.stride(2)};
-  const Strides vs{v.data_ptr<float>(), v.stride(0), v.stride(1), v.stride(2)};
+  const HeadView qs(q), ks(k), vs(v);
   float* o = out.data_ptr<float>();
   at::parallel_for(0, B * Hq, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores((Lk + LANES - 1) / LANES * LANES);

@@ -1,6 +1,6 @@
-// wedlm_cpu::window_attention: softmax(scale * q k^T, masked) v for a short run of queries per
-// head (a decode window: up to 32 rows per KV head) over the cached keys, float32, with a boolean
-// mask (True = visible). torch's CPU SDPA runs each query head's block through BLAS calls, which on
+// wedlm_cpu::window_attention: softmax(scale * q k^T, masked) v for a run of queries per head (a
+// decode window, several sequences, a prefill) over the cached keys, float32, with a boolean mask
+// (True = visible). torch's CPU SDPA runs each query head's block through BLAS calls, which on
 // AMD CPUs take MKL's generic kernel (~114 us a layer for the shipped model's 16-slot window over
 // 500 keys on a Zen 4 core, about half the core's FMA rate).
 //
@@ -18,10 +18,12 @@
 #include <limits>
 #include <vector>
 
+#include "heads.h"
 #include "simd.h"
 
 namespace {
 
+using namespace wedlm_heads;
 using namespace wedlm_simd;
 
 // dest[l][0 : 16 V] = inv[l] * sum_j p[j * 16 + l] v[j] for l < n (p: the score columns, 16 apart);
@@ -42,14 +44,9 @@ inline void weighted_values(const float* p, const float* vb, int64_t row, int64_
     for (int u = 0; u < V; ++u) *(v16*)(dest[l] + u * LANES) = acc[l][u] * inv[l];
 }
 
-struct View4 {
-  const float* data;
-  int64_t s0, s1, s2;
-};
-
 // One (sequence b, KV head g) and one tile of up to 16 of its query rows (row r = head offset *
 // Lq + query), whose heads all read KV head g.
-WEDLM_CLONES void attend_tile(const View4& q, const View4& k, const View4& v, const bool* mask, int64_t mask_b,
+WEDLM_CLONES void attend_tile(const HeadView& q, const HeadView& k, const HeadView& v, const bool* mask, int64_t mask_b,
                               int64_t Lq, int64_t Lk, int64_t D, int64_t group, int64_t b, int64_t g, int64_t r0,
                               int64_t rows, float scale, float* st, float* qt, float* out, int64_t Hq) {
   const float neg_inf = -std::numeric_limits<float>::infinity();
@@ -60,7 +57,7 @@ WEDLM_CLONES void attend_tile(const View4& q, const View4& k, const View4& v, co
   bool holes = false;
   for (int64_t l = 0; l < rows; ++l) {
     const int64_t r = r0 + l, h = g * group + r / Lq, i = r % Lq;
-    const float* qr = q.data + b * q.s0 + h * q.s1 + i * q.s2;
+    const float* qr = q.data + b * q.batch + h * q.head + i * q.row;
     for (int64_t d = 0; d < D; ++d) qt[d * LANES + l] = qr[d];
     int64_t e = Lk;
     if (mask != nullptr) {
@@ -78,14 +75,14 @@ WEDLM_CLONES void attend_tile(const View4& q, const View4& k, const View4& v, co
     span = e > span ? e : span;
   }
   // scores, one 16-row column per key: st[j][lane]
-  const float* kb = k.data + b * k.s0 + g * k.s1;
+  const float* kb = k.data + b * k.batch + g * k.head;
   v16 top = splat(neg_inf);
   const float* kj = kb;
   int64_t j = 0;
   // four keys at a time: each load of a query column feeds four independent FMA chains
-  for (; j + 4 <= span; j += 4, kj += 4 * k.s2) {
+  for (; j + 4 <= span; j += 4, kj += 4 * k.row) {
     v16 s0{}, s1{}, s2{}, s3{};
-    const float *k0 = kj, *k1 = kj + k.s2, *k2 = kj + 2 * k.s2, *k3 = kj + 3 * k.s2;
+    const float *k0 = kj, *k1 = kj + k.row, *k2 = kj + 2 * k.row, *k3 = kj + 3 * k.row;
     for (int64_t d = 0; d < D; ++d) {
       const v16 qd = *(const v16*)(qt + d * LANES);
       s0 += k0[d] * qd;
@@ -101,7 +98,7 @@ WEDLM_CLONES void attend_tile(const View4& q, const View4& k, const View4& v, co
       top = x > top ? x : top;
     }
   }
-  for (; j < span; ++j, kj += k.s2) {
+  for (; j < span; ++j, kj += k.row) {
     v16 s0{};
     for (int64_t d = 0; d < D; ++d) s0 += kj[d] * *(const v16*)(qt + d * LANES);
     v16 x = s0 * scale;
@@ -133,7 +130,7 @@ WEDLM_CLONES void attend_tile(const View4& q, const View4& k, const View4& v, co
     total += p;
   }
   // weighted values, 8 rows at a time: out[row] = sum_j p[j][row] v[j] / total[row]
-  const float* vb = v.data + b * v.s0 + g * v.s1;
+  const float* vb = v.data + b * v.batch + g * v.head;
   for (int64_t l0 = 0; l0 < rows; l0 += 8) {
     const int64_t n = rows - l0 < 8 ? rows - l0 : 8;
     float* dest[8];
@@ -144,17 +141,17 @@ WEDLM_CLONES void attend_tile(const View4& q, const View4& k, const View4& v, co
       inv[l] = total[l0 + l] > 0.f ? 1.0f / total[l0 + l] : 0.f;
     }
     switch (D) {
-      case 16: weighted_values<1>(st + l0, vb, v.s2, span, n, inv, dest); break;
-      case 32: weighted_values<2>(st + l0, vb, v.s2, span, n, inv, dest); break;
-      case 48: weighted_values<3>(st + l0, vb, v.s2, span, n, inv, dest); break;
-      case 64: weighted_values<4>(st + l0, vb, v.s2, span, n, inv, dest); break;
+      case 16: weighted_values<1>(st + l0, vb, v.row, span, n, inv, dest); break;
+      case 32: weighted_values<2>(st + l0, vb, v.row, span, n, inv, dest); break;
+      case 48: weighted_values<3>(st + l0, vb, v.row, span, n, inv, dest); break;
+      case 64: weighted_values<4>(st + l0, vb, v.row, span, n, inv, dest); break;
       default:
         for (int64_t l = 0; l < n; ++l) {
           float* o = dest[l];
           for (int64_t d = 0; d < D; ++d) o[d] = 0.f;
           for (int64_t j = 0; j < span; ++j) {
             const float p = st[j * LANES + l0 + l];
-            const float* vj = vb + j * v.s2;
+            const float* vj = vb + j * v.row;
             for (int64_t d = 0; d < D; ++d) o[d] += p * vj[d];
           }
           for (int64_t d = 0; d < D; ++d) o[d] *= inv[l];
@@ -167,14 +164,8 @@ WEDLM_CLONES void attend_tile(const View4& q, const View4& k, const View4& v, co
 // or none. Returns [B, Hq, Lq, D] laid out [B, Lq, Hq, D] (its transpose(1, 2) is contiguous).
 at::Tensor window_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const std::optional<at::Tensor>& mask, double scale) {
-  TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat,
-              "window_attention: q, k and v must be float32");
-  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "window_attention: q, k and v must be 4-D [B, H, L, D]");
-  TORCH_CHECK(q.stride(3) == 1 && k.stride(3) == 1 && v.stride(3) == 1,
-              "window_attention: the head dimension of q, k and v must be contiguous");
+  check_qkv("window_attention", q, k, v);
   const int64_t B = q.size(0), Hq = q.size(1), Lq = q.size(2), D = q.size(3), Hkv = k.size(1), Lk = k.size(2);
-  TORCH_CHECK(k.size(0) == B && v.sizes() == k.sizes() && k.size(3) == D && Hkv >= 1 && Hq % Hkv == 0,
-              "window_attention: k and v must be [B, Hkv, Lk, D] with Hq a multiple of Hkv");
   at::Tensor flat_mask;
   int64_t mask_b = 0;
   if (mask.has_value() && mask->defined()) {
@@ -185,9 +176,7 @@ at::Tensor window_attention(const at::Tensor& q, const at::Tensor& k, const at::
     mask_b = mask->size(0) == 1 ? 0 : Lq * Lk;
   }
   at::Tensor out = at::empty({B, Lq, Hq, D}, q.options());
-  const View4 qv{q.data_ptr<float>(), q.stride(0), q.stride(1), q.stride(2)};
-  const View4 kv{k.data_ptr<float>(), k.stride(0), k.stride(1), k.stride(2)};
-  const View4 vv{v.data_ptr<float>(), v.stride(0), v.stride(1), v.stride(2)};
+  const HeadView qv(q), kv(k), vv(v);
   const bool* m = flat_mask.defined() ? flat_mask.data_ptr<bool>() : nullptr;
   const int64_t group = Hq / Hkv, rows = group * Lq, tiles = (rows + LANES - 1) / LANES;
   float* o = out.data_ptr<float>();
