@@ -1,7 +1,8 @@
 """The C++ operators of compiled CPU graphs (`native.py`, `csrc/`): built once and cached; the
-oneDNN matmul gives the Python operator's results exactly and holds weak keys; the one-row
-matmul is the matrix-vector product and the one-query attention SDPA's; a failed build is
-harmless."""
+matmul gives the Python operator's results exactly and holds weak keys; the few-rows matmul gives
+oneDNN's values bit for bit where K fits one oneDNN block; the one-row matmul is the
+matrix-vector product and the one-query attention SDPA's; a failed build is harmless."""
+
 
 import gc
 import logging
@@ -12,7 +13,14 @@ import torch
 import torch.nn.functional as F
 
 from wedlm.engine import native
-from wedlm.engine.fast_model import ONEDNN_MIN_ROWS, PACKED_MIN_MACS, pack_weight, use_native_ops
+from wedlm.engine.fast_model import (
+    FEW_ROWS_MAX,
+    ONEDNN_MIN_ROWS,
+    PACKED_MIN_MACS,
+    pack_panels,
+    pack_weight,
+    use_native_ops,
+)
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN")
 
@@ -20,13 +28,17 @@ pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason
 @pytest.fixture(scope="module")
 def cpp_op():
     assert use_native_ops(), "the C++ operator did not build (is there a C++ compiler and ninja?)"
-    return torch.ops.wedlm_cpu.onednn_linear.default
+    return torch.ops.wedlm_cpu.linear.default
+
+
+def _rule(cpp_op, x, w, b, key, panels=None):
+    """The C++ matmul with the rule's constants from `fast_model`."""
+    return cpp_op(x, w, b, panels, key, PACKED_MIN_MACS, ONEDNN_MIN_ROWS, FEW_ROWS_MAX)
 
 
 def _both(cpp_op, x, w, b, key):
     with torch.inference_mode():
-        return (cpp_op(x, w, b, key, PACKED_MIN_MACS, ONEDNN_MIN_ROWS),
-                torch.ops.wedlm.onednn_linear(x, w, b, key))
+        return _rule(cpp_op, x, w, b, key), torch.ops.wedlm.onednn_linear(x, w, b, key)
 
 
 def _calls_onednn(fn) -> bool:
@@ -51,9 +63,90 @@ def test_the_cpp_operator_gives_the_python_operators_values(cpp_op, rows):
             assert got.shape == (*x.shape[:-1], 160) and torch.equal(got, want)
         assert (got - F.linear(x, w, b)).abs().max().item() <= 1e-5 * got.abs().max().item()
     flat = torch.randn(rows, 96, generator=gen)
-    assert _calls_onednn(lambda: cpp_op(flat, w, b, key, PACKED_MIN_MACS, ONEDNN_MIN_ROWS)) is (rows >= PACKED_ROWS)
-    assert _calls_onednn(lambda: cpp_op(flat, w, b, 0, PACKED_MIN_MACS, ONEDNN_MIN_ROWS)) is (rows >= ONEDNN_MIN_ROWS)
+    assert _calls_onednn(lambda: _rule(cpp_op, flat, w, b, key)) is (rows >= PACKED_ROWS)
+    assert _calls_onednn(lambda: _rule(cpp_op, flat, w, b, 0)) is (rows >= ONEDNN_MIN_ROWS)
     del packed
+
+
+# the shipped model's matmuls ([out, in]: q/k/v, o_proj, gate/up, down_proj, lm_head) and widths
+# that are not multiples of the 64-column panels
+SHIPPED_SHAPES = [(384, 192), (192, 192), (1024, 192), (192, 512), (4096, 192), (80, 96), (208, 33)]
+
+
+@pytest.mark.parametrize("rows", [2, 5, 8, 13, 16, 38])
+@pytest.mark.parametrize("n,k", SHIPPED_SHAPES)
+def test_few_rows_mm_gives_onednns_values(cpp_op, rows, n, k):
+    """One FMA chain over k in order per output, oneDNN's order for K <= 512: bit for bit the
+    prepacked oneDNN matmul's result, with and without a bias, for row counts that split into
+    the 6-row blocks evenly and unevenly."""
+    gen = torch.Generator().manual_seed(rows * 7 + n + k)
+    w, b = torch.randn(n, k, generator=gen), torch.randn(n, generator=gen)
+    x = torch.randn(rows, k, generator=gen)
+    packed, key = pack_weight(w)
+    panels = pack_panels(w)
+    with torch.inference_mode():
+        for bias in (None, b):
+            got = torch.ops.wedlm_cpu.few_rows_mm(x, panels, n, bias)
+            want = torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+            assert got.shape == (rows, n) and torch.equal(got, want)
+
+
+@pytest.mark.parametrize("k", [576, 1536])
+def test_few_rows_mm_is_the_matmul_for_long_rows(cpp_op, k):
+    """Past one oneDNN block of K the two sum in different orders: within float32 summation
+    error of a float64 reference."""
+    gen = torch.Generator().manual_seed(k)
+    x, w = torch.randn(9, k, generator=gen), torch.randn(96, k, generator=gen)
+    got = torch.ops.wedlm_cpu.few_rows_mm(x, pack_panels(w), 96, None)
+    want = x.double() @ w.double().t()
+    bound = k * torch.finfo(torch.float32).eps * (x.double().abs() @ w.double().abs().t())
+    assert ((got.double() - want).abs() <= bound).all()
+
+
+def test_the_matmul_takes_few_rows_on_the_panels(cpp_op):
+    """With a panel copy, 2 to FEW_ROWS_MAX rows run `few_rows_mm` (no oneDNN call, its values),
+    more rows the oneDNN rule, one row at::linear; 3-D inputs keep their shape."""
+    gen = torch.Generator().manual_seed(3)
+    w = torch.randn(1024, 192, generator=gen)
+    packed, key = pack_weight(w)
+    wt = pack_panels(w)
+    for rows in (1, 2, 16, FEW_ROWS_MAX, FEW_ROWS_MAX + 1):
+        x = torch.randn(rows, 192, generator=gen)
+        with torch.inference_mode():
+            got = _rule(cpp_op, x, w, None, key, wt)
+            few = 2 <= rows <= FEW_ROWS_MAX
+            want = torch.ops.wedlm_cpu.few_rows_mm(x, wt, 1024, None) if few else _rule(cpp_op, x, w, None, key)
+            assert torch.equal(got, want)
+            assert _calls_onednn(lambda x=x: _rule(cpp_op, x, w, None, key, wt)) is (rows > FEW_ROWS_MAX)
+    x3 = torch.randn(4, 2, 192, generator=gen)
+    with torch.inference_mode():
+        assert torch.equal(_rule(cpp_op, x3, w, None, key, wt), _rule(cpp_op, x3.view(8, 192), w, None, key, wt).view(4, 2, 1024))
+    del packed
+
+
+def test_few_rows_mm_refuses_what_it_does_not_compute(cpp_op):
+    mm = torch.ops.wedlm_cpu.few_rows_mm
+    with pytest.raises(RuntimeError, match="N must be a positive multiple of 16, got 40"):
+        mm(torch.randn(3, 8), torch.randn(320), 40, None)
+    with pytest.raises(RuntimeError, match="panels must be a contiguous packing of N x K = 128 floats, got 144"):
+        mm(torch.randn(3, 8), torch.randn(144), 16, None)
+    with pytest.raises(RuntimeError, match=r"x must be \[M, K\]"):
+        mm(torch.randn(3, 1, 8), torch.randn(128), 16, None)
+    with pytest.raises(RuntimeError, match=r"bias must be float32 \[N = 16\]"):
+        mm(torch.randn(3, 8), torch.randn(128), 16, torch.randn(8))
+    with pytest.raises(RuntimeError, match="must be float32"):
+        mm(torch.randn(3, 8).double(), torch.randn(128).double(), 16, None)
+    with pytest.raises(ValueError, match="out_features must be a multiple of 16, got 40"):
+        pack_panels(torch.randn(40, 8))
+
+
+def test_pack_panels_lays_out_64_column_panels():
+    """Panel p is columns 64p..64p+63 of W^T, K rows of 64; a last panel of N % 64 columns."""
+    w = torch.arange(80 * 3, dtype=torch.float32).view(80, 3)  # w[n, k] = 3n + k
+    got = pack_panels(w)
+    assert got.shape == (240,) and got.is_contiguous()
+    assert torch.equal(got[:192].view(3, 64), w[:64].t())
+    assert torch.equal(got[192:].view(3, 16), w[64:].t())
 
 
 def test_a_key_does_not_keep_its_packed_weight_alive(cpp_op):
@@ -64,12 +157,12 @@ def test_a_key_does_not_keep_its_packed_weight_alive(cpp_op):
     packed, key = pack_weight(w)
     freed = []
     watch = weakref.ref(packed, lambda _: freed.append(True))
-    assert _calls_onednn(lambda: cpp_op(x, w, None, key, PACKED_MIN_MACS, ONEDNN_MIN_ROWS))
+    assert _calls_onednn(lambda: _rule(cpp_op, x, w, None, key))
     del packed
     gc.collect()
     assert freed == [True] and watch() is None
-    assert not _calls_onednn(lambda: cpp_op(x, w, None, key, PACKED_MIN_MACS, ONEDNN_MIN_ROWS))
-    assert torch.equal(cpp_op(x, w, None, key, PACKED_MIN_MACS, ONEDNN_MIN_ROWS), F.linear(x, w))
+    assert not _calls_onednn(lambda: _rule(cpp_op, x, w, None, key))
+    assert torch.equal(_rule(cpp_op, x, w, None, key), F.linear(x, w))
 
 
 def test_weights_packed_before_the_load_are_known(cpp_op):
@@ -79,7 +172,7 @@ def test_weights_packed_before_the_load_are_known(cpp_op):
     x = torch.randn(2, 192)
     packed, key = pack_weight(w)
     assert use_native_ops()  # idempotent
-    assert _calls_onednn(lambda: cpp_op(x, w, None, key, PACKED_MIN_MACS, ONEDNN_MIN_ROWS))
+    assert _calls_onednn(lambda: _rule(cpp_op, x, w, None, key))
     del packed
 
 
@@ -206,6 +299,9 @@ cpp_extension.load(name=sys.argv[1], sources=[str(native.SOURCE)], build_directo
 gen = torch.Generator().manual_seed(0)
 x, wt = torch.randn(1, 192, generator=gen), torch.randn(192, 385, generator=gen)
 assert (torch.ops.wedlm_cpu.one_row_mm(x, wt) - x @ wt).abs().max() < 1e-4
+from wedlm.engine.fast_model import pack_panels
+x, w = torch.randn(13, 192, generator=gen), torch.randn(400, 192, generator=gen)
+assert (torch.ops.wedlm_cpu.few_rows_mm(x, pack_panels(w), 400, None) - x @ w.t()).abs().max() < 1e-4
 q = torch.randn(1, 9, 4, 48, generator=gen).transpose(1, 2)
 k, v = (torch.randn(1, 70, 2, 48, generator=gen).transpose(1, 2) for _ in range(2))
 mask = (torch.arange(70)[None, :] <= 61 + torch.arange(9)[:, None])[None, None]

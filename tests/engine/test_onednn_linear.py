@@ -182,7 +182,7 @@ def test_engine_tokens_equal_blas(tiny_path, monkeypatch):
 
 def test_compiled_onednn_equals_eager(tiny_path, monkeypatch):
     """Under torch.compile the oneDNN matmul is an opaque operator, the C++ one
-    (`wedlm_cpu::onednn_linear`, `native.py`) on a machine that builds it: the compiled engine
+    (`wedlm_cpu::linear`, `native.py`) on a machine that builds it: the compiled engine
     gives the eager engine's tokens."""
     monkeypatch.setenv("WEDLM_CPU_LINEAR", "onednn")
     eager = LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=16, device="cpu")
@@ -198,25 +198,25 @@ def test_compiled_onednn_equals_eager(tiny_path, monkeypatch):
         ops = _ops(lambda got=got, params=params: got.extend(
             o["token_ids"] for o in compiled.generate(prompts, params)))
         assert got == want
-        assert "wedlm_cpu::onednn_linear" in ops and "wedlm::onednn_linear" not in ops
+        assert "wedlm_cpu::linear" in ops and "wedlm::onednn_linear" not in ops
     # `ar` at batch 1 runs the one-query graph of one token and one logit row: the C++ one-row
     # matmul on the transposed weight copies and the C++ one-query attention
     compiled.add_request(list(range(5, 25)), SamplingParams(temperature=0.0, max_tokens=6, decoding="ar",
                                                             ignore_eos=True))
     compiled.step()  # the prefill: a multi-query graph
     ops = _ops(lambda: [compiled.step() for _ in range(3)])
-    assert "wedlm_cpu::onednn_linear" not in ops and "wedlm_cpu::one_row_mm" in ops
+    assert "wedlm_cpu::linear" not in ops and "wedlm_cpu::one_row_mm" in ops
     assert "wedlm_cpu::one_query_attention" in ops
     while compiled.has_unfinished():
         compiled.step()
-    # two sequences: a multi-row graph, whose opaque op applies the row rule at run time:
-    # 2 rows (2 x 16,384 multiply-adds for the widest weight, below PACKED_MIN_MACS) by
-    # F.linear, the prefill's 40 rows (655,360 for gate/up) by oneDNN
-    for p in (list(range(40, 70)), list(range(90, 100))):  # new prompts: no prefix-cache hits
+    # two sequences: a multi-row graph, whose opaque op applies the row rule at run time: the
+    # prefill's 140 rows (more than FEW_ROWS_MAX) by oneDNN, then 2 rows by `few_rows_mm` on the
+    # transposed copies (no oneDNN call)
+    for p in (list(range(40, 140)), list(range(150, 190))):  # new prompts: no prefix-cache hits
         compiled.add_request(p, SamplingParams(temperature=0.0, max_tokens=6, decoding="ar", ignore_eos=True))
     assert "mkldnn::_linear_pointwise" in _ops(compiled.step)
     ops = _ops(lambda: [compiled.step() for _ in range(3)])
-    assert "wedlm_cpu::onednn_linear" in ops and "mkldnn::_linear_pointwise" not in ops
+    assert "wedlm_cpu::linear" in ops and "mkldnn::_linear_pointwise" not in ops
     while compiled.has_unfinished():
         compiled.step()
 

@@ -68,6 +68,17 @@ PACKED_MIN_MACS = 1 << 19
 # (540 MB of matmul weights, a 113 MB tied lm_head) decoded batch-1 `ar` in 35.1 ms per token with
 # the copies against 48.4 without (compiled, one Zen 4 thread, same tokens; docs/experiments.md).
 TRANSPOSED_GEMV_MAX_BYTES = 2 << 30
+# Compiled graphs with the C++ operators run the matmuls of 2 to FEW_ROWS_MAX rows by
+# `wedlm_cpu::few_rows_mm` on a copy of the weight in 64-column panels (`pack_panels`): register
+# tiles at the core's FMA rate, no fixed cost per call. On a Zen 4 core (one thread), the
+# shipped model's matmuls of a 16-row step (8 layers + lm_head, weights cycled as in a step, so
+# read from L3) took ~1.27 ms against oneDNN's ~2.08 (`python benchmarks/cpu_matmul.py --panels`);
+# with each shape hot in cache 1,147 us against 1,651 at 16 rows, 2,755 against 3,213 at 38,
+# 9,009 against 9,538 at 128 and about the same at 512.
+FEW_ROWS_MAX = 128
+# `use_panel_weights` costs one more copy of the matmul weights; models whose float32 matmul
+# weights are larger than this keep oneDNN for few rows.
+PANELS_MAX_BYTES = 2 << 30
 
 # key -> weak reference to a prepacked weight (`pack_weight`). The module that owns the packed
 # tensor holds the only strong reference, so a dropped engine frees it; the compiled graph sees
@@ -98,9 +109,10 @@ def pack_weight(weight: torch.Tensor) -> tuple[torch.Tensor, int]:
 
 
 def use_native_ops() -> bool:
-    """Compiled graphs traced from now on call the C++ operators (`native.load`): the prepacked
-    oneDNN matmul `wedlm_cpu::onednn_linear` instead of the Python `wedlm::onednn_linear` (same
-    rule, same oneDNN call, no call back into the interpreter per matmul) and
+    """Compiled graphs traced from now on call the C++ operators (`native.load`): the matmul
+    `wedlm_cpu::linear` instead of the Python `wedlm::onednn_linear` (`few_rows_mm` on the
+    transposed copy up to FEW_ROWS_MAX rows, else the same rule and oneDNN call, with no call back
+    into the interpreter per matmul) and
     `wedlm_cpu::one_row_mm` for one-row matmuls on transposed copies instead of BLAS, and
     `wedlm_cpu::one_query_attention` (the unmasked one-query attention of a batch-1 `ar` step)
     and `wedlm_cpu::window_attention` (every other step's) instead of SDPA
@@ -113,7 +125,7 @@ def use_native_ops() -> bool:
             packed = ref()
             if packed is not None:
                 torch.ops.wedlm_cpu.remember(packed, key)
-        _native_linear = torch.ops.wedlm_cpu.onednn_linear.default
+        _native_linear = torch.ops.wedlm_cpu.linear.default
         use_cpu_attention(torch.ops.wedlm_cpu.one_query_attention.default, torch.ops.wedlm_cpu.window_attention.default)
     return _native_linear is not None
 
@@ -124,7 +136,7 @@ def _packed(key: int) -> torch.Tensor | None:
 
 
 def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-                  packed_key: int = 0) -> torch.Tensor:
+                  packed_key: int = 0, panels: torch.Tensor | None = None) -> torch.Tensor:
     """`F.linear(x, weight, bias)` by oneDNN for float32 inputs of enough rows.
 
     Args:
@@ -133,12 +145,14 @@ def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
         packed_key: `pack_weight(weight)`'s key (0: none): oneDNN then reads the prepacked copy
             and takes inputs of at least 2 rows and PACKED_MIN_MACS multiply-adds, else of
             at least ONEDNN_MIN_ROWS rows.
+        panels: `pack_panels(weight)` or None: compiled graphs with the C++ operators run 2 to
+            FEW_ROWS_MAX rows on it by `wedlm_cpu::few_rows_mm`.
 
     Returns:
         [..., out_features] in x's dtype. Other dtypes (a bf16 input under autocast) and fewer
         rows go to F.linear unchanged; eager inputs are padded with zero rows to a shape bucket
         (`buckets.bucket`) so that oneDNN sees few distinct shapes. Inside `torch.compile` every
-        input of more than one row is an opaque operator (`wedlm_cpu::onednn_linear` in C++ once
+        input of more than one row is an opaque operator (`wedlm_cpu::linear` in C++ once
         `use_native_ops` loaded it, else `wedlm::onednn_linear`) that applies the same row rule
         to the concrete row count at run time (a test in the graph would be a guard that splits
         graphs);
@@ -153,7 +167,8 @@ def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
             return F.linear(x, weight, bias)
         # an opaque call: inductor's own lowering of the op asserts on unpacked, dynamic weights
         if _native_linear is not None:
-            return _native_linear(x, weight, bias, packed_key, PACKED_MIN_MACS, ONEDNN_MIN_ROWS)
+            return _native_linear(x, weight, bias, panels, packed_key, PACKED_MIN_MACS, ONEDNN_MIN_ROWS,
+                                  FEW_ROWS_MAX)
         return _onednn_linear_op(x, weight, bias, packed_key)
     return _linear_rows(x, weight, bias, _packed(packed_key), pad=True)
 
@@ -248,7 +263,7 @@ def _matmul(module: nn.Module, x: torch.Tensor, weight: torch.Tensor, bias: torc
     if _one_row(module, x):
         return one_row_linear(x, module.weight_t, bias)
     if module.onednn:
-        return onednn_linear(x, weight, bias, module.packed_key)
+        return onednn_linear(x, weight, bias, module.packed_key, module.weight_panels)
     return F.linear(x, weight, bias)
 
 
@@ -259,6 +274,7 @@ class OneDNNLinear(nn.Linear):
     onednn = True
     packed_key = 0
     weight_t = None
+    weight_panels = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return _matmul(self, x, self.weight, self.bias)
@@ -270,6 +286,7 @@ class TransposedGemvLinear(nn.Linear):
     onednn = False
     packed_key = 0
     weight_t = None
+    weight_panels = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return _matmul(self, x, self.weight, self.bias)
@@ -296,6 +313,7 @@ class FusedQKVAttention(Attention):
     onednn = False
     packed_key = 0
     weight_t = None
+    weight_panels = None
 
     def fuse(self) -> None:
         weights = [self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]
@@ -330,6 +348,7 @@ class FusedSwiGLU(SwiGLU):
     onednn = False
     packed_key = 0
     weight_t = None
+    weight_panels = None
 
     def fuse(self) -> None:
         weights = [self.gate_proj.weight, self.up_proj.weight]
@@ -447,13 +466,55 @@ def use_transposed_gemv(model: QwenForCausalLM, max_bytes: int = TRANSPOSED_GEMV
     return True
 
 
+def pack_panels(weight: torch.Tensor) -> torch.Tensor:
+    """weight [N, K] (float32, N a multiple of 16) in `few_rows_mm`'s layout: 1-D, N * K floats,
+    panel p (columns 64p..64p+63) as K rows of 64 floats, one block after another; the last panel
+    is N % 64 columns wide when N is not a multiple of 64. A copy: later changes to weight are not
+    seen. Raises ValueError for other widths."""
+    n, k = weight.shape
+    if n % 16:
+        raise ValueError(f"pack_panels: out_features must be a multiple of 16, got {n}")
+    wt = weight.detach().t()
+    full = n - n % 64
+    parts = [wt[:, :full].reshape(k, full // 64, 64).permute(1, 0, 2).reshape(-1)]
+    if full < n:
+        parts.append(wt[:, full:].reshape(-1))
+    return torch.cat(parts).contiguous()
+
+
+def use_panel_weights(model: QwenForCausalLM, max_bytes: int = PANELS_MAX_BYTES) -> bool:
+    """Give every oneDNN matmul (`use_onednn_linear`) of an `optimize_for_inference`d CPU float32
+    model a copy of its weight in column panels (`pack_panels`), which compiled graphs with the C++
+    operators run 2 to FEW_ROWS_MAX rows on (`wedlm_cpu::few_rows_mm`); in place. Returns whether
+    it did. Memory: one more copy of those weights (16 MB for the shipped model); models whose
+    matmul weights exceed `max_bytes`, or with a weight whose out_features is not a multiple of
+    16, are left alone. Idempotent; weights changed afterwards need another call."""
+    if model.dtype != torch.float32 or model.device.type != "cpu":
+        return False
+    targets = [(module, _matmul_weight(module)) for module in model.modules() if getattr(module, "onednn", False)]
+    if (not targets or any(w.dtype != torch.float32 or w.shape[0] % 16 for _, w in targets)
+            or sum(w.numel() * w.element_size() for _, w in targets) > max_bytes):
+        return False
+    for module, weight in targets:
+        module.weight_panels = pack_panels(weight)
+    return True
+
+
+def _matmul_weight(module: nn.Module) -> torch.Tensor:
+    if isinstance(module, FusedQKVAttention):
+        return module.qkv_weight
+    if isinstance(module, FusedSwiGLU):
+        return module.gate_up_weight
+    return module.weight
+
+
 def plain_weights(model: QwenForCausalLM) -> list[torch.Tensor]:
     """The matmul weights of an `optimize_for_inference`d model that are plain tensors, not
     parameters: fused q/k/v (and bias) and gate/up weights, `precast_for_autocast` copies,
     `use_transposed_gemv` copies."""
     found = []
     for module in model.modules():
-        for name in ("qkv_weight", "qkv_bias", "gate_up_weight", "weight16", "bias16", "weight_t"):
+        for name in ("qkv_weight", "qkv_bias", "gate_up_weight", "weight16", "bias16", "weight_t", "weight_panels"):
             t = getattr(module, name, None)
             if isinstance(t, torch.Tensor) and not isinstance(t, nn.Parameter):
                 found.append(t)

@@ -6,10 +6,16 @@ the library lands in `cache_dir()/torch-extensions/<torch version>/` and a later
 loads it (~10 s to build on one Zen 4 core, ~10 ms to load). Compiled CPU graphs
 call its operators (`fast_model.use_native_ops`):
 
-* `torch.ops.wedlm_cpu.onednn_linear`: the float32 oneDNN matmul on a prepacked weight
-  (`fast_model.onednn_linear`), with `torch.ops.wedlm_cpu.remember` for the prepacked weights'
-  keys. The same operator written in Python costs one call into the interpreter per matmul (a
-  batch-1 `wedlm` step of the shipped model took ~1.14x the time with it).
+* `torch.ops.wedlm_cpu.linear`: the float32 matmul of two or more rows (`fast_model.onednn_linear`):
+  `few_rows_mm` up to `fast_model.FEW_ROWS_MAX` rows, else oneDNN on a prepacked weight, with
+  `torch.ops.wedlm_cpu.remember` for the prepacked weights' keys. The
+  oneDNN operator written in Python costs one call into the interpreter per matmul (a batch-1
+  `wedlm` step of the shipped model took ~1.14x the time with it).
+* `torch.ops.wedlm_cpu.few_rows_mm`: x[M, K] @ W^T on W packed in 64-column panels
+  (`fast_model.pack_panels`), a register-tiled loop that runs the matmuls of decode windows and
+  short prefills at the core's FMA rate (oneDNN ran the shipped model's 16-row matmuls at 45-100
+  GFLOP/s on a Zen 4 core, this loop at ~113; the same float32 sums in the same order for
+  K <= 512, so the same values as oneDNN there).
 * `torch.ops.wedlm_cpu.one_row_mm`: x[1, K] @ weight_t[K, N], the one-row float32 matmuls of a
   batch-1 `ar` step (`fast_model.one_row_linear`), a loop that streams the weights faster than
   torch's BLAS does on AMD CPUs (its kernel there is 4-wide SSE).
@@ -81,7 +87,8 @@ def _build() -> bool:
         log.warning("C++ operators not built (%s: %s); the compiled forward keeps torch's kernels",
                     type(err).__name__, str(err).strip().splitlines()[-1] if str(err).strip() else "")
         return False
-    torch.library.register_fake("wedlm_cpu::onednn_linear")(_onednn_linear_fake)
+    torch.library.register_fake("wedlm_cpu::linear")(_linear_fake)
+    torch.library.register_fake("wedlm_cpu::few_rows_mm")(_few_rows_mm_fake)
     torch.library.register_fake("wedlm_cpu::one_row_mm")(_one_row_mm_fake)
     torch.library.register_fake("wedlm_cpu::one_query_attention")(_one_query_attention_fake)
     torch.library.register_fake("wedlm_cpu::window_attention")(_window_attention_fake)
@@ -97,8 +104,12 @@ def sources_digest() -> str:
     return digest.hexdigest()
 
 
-def _onednn_linear_fake(x, weight, bias, packed_key, min_macs, min_rows):
+def _linear_fake(x, weight, bias, panels, packed_key, min_macs, min_rows, few_rows_max):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+def _few_rows_mm_fake(x, panels, n, bias):
+    return x.new_empty((x.shape[0], n))
 
 
 def _one_row_mm_fake(x, weight_t):

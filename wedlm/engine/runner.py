@@ -31,6 +31,7 @@ from .fast_model import (
     precast_for_autocast,
     use_native_ops,
     use_onednn_linear,
+    use_panel_weights,
     use_transposed_gemv,
 )
 from .sampling import RowScores, SoftmaxRows
@@ -120,6 +121,8 @@ class ModelRunner:
                                 and use_transposed_gemv(self.model))
         # the compiled graph's float32 matmuls and attention by the engine's C++ operators (`native.py`)
         self.native_ops = not enforce_eager and model.device.type == "cpu" and not sharded and use_native_ops()
+        # their few-row matmuls on column-panel copies of the oneDNN weights (`few_rows_mm`)
+        self.panel_weights = self.native_ops and fast_path and use_panel_weights(self.model)
         self.device = model.device
         # [MASK] is an input symbol, never an output: its logit column is -inf in every row
         # returned, for every decoder and the AR head. The engine sets its one [MASK] id here.

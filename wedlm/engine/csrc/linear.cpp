@@ -1,7 +1,8 @@
-// wedlm_cpu::onednn_linear: the compiled CPU graph's float32 matmul by oneDNN on a prepacked
-// weight, as a C++ kernel. The same operator in Python (`fast_model._onednn_linear_cpu`) costs a
-// call from inductor's C++ wrapper back into the interpreter for each of a step's matmuls;
-// `native.py` builds this file once per machine and torch version and uses it when it builds.
+// wedlm_cpu::linear: the compiled CPU graph's float32 matmul of two or more rows, as a C++ kernel:
+// `few_rows_mm` on the weight's column panels for up to `few_rows_max` rows, else oneDNN on a prepacked
+// weight where that pays, else at::linear. The oneDNN part in Python (`fast_model._onednn_linear_cpu`,
+// what compiled graphs call where this library cannot be built) costs a call from inductor's C++
+// wrapper back into the interpreter for each of a step's matmuls.
 //
 // A prepacked weight (oneDNN's blocked layout) cannot be a graph input, since fake tensors have no
 // such layout, so the graph passes an int key; `remember` maps the key to the packed tensor
@@ -53,17 +54,24 @@ at::Tensor linear_pointwise(const at::Tensor& x, const at::Tensor& weight, const
   return op.call(x, weight, bias, "none", c10::List<std::optional<at::Scalar>>(), "");
 }
 
-// F.linear(x, weight, bias) by oneDNN where `fast_model`'s rule says it pays (its thresholds come
-// in as `min_macs` and `min_rows`, fast_model.PACKED_MIN_MACS and ONEDNN_MIN_ROWS), else at::linear.
-at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-                         int64_t packed_key, int64_t min_macs, int64_t min_rows) {
+at::Tensor few_rows_mm(const at::Tensor& x, const at::Tensor& panels, int64_t N, const std::optional<at::Tensor>& bias);
+
+// F.linear(x, weight, bias) by `fast_model`'s rule, whose thresholds come in as arguments:
+// `few_rows_mm` on `panels` (the weight packed by `fast_model.pack_panels`, when the model has
+// them) for 2 to `few_rows_max` rows (fast_model.FEW_ROWS_MAX), else oneDNN where it pays
+// (`min_macs` and `min_rows`: fast_model.PACKED_MIN_MACS and ONEDNN_MIN_ROWS), else at::linear.
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                  const std::optional<at::Tensor>& panels, int64_t packed_key, int64_t min_macs, int64_t min_rows,
+                  int64_t few_rows_max) {
   const int64_t features = x.size(-1);
   const int64_t rows = features == 0 ? 0 : x.numel() / features;
-  const at::Tensor packed = packed_tensor(packed_key);
+  const bool few = panels.has_value() && panels->defined() && rows >= 2 && rows <= few_rows_max;
+  const at::Tensor packed = few ? at::Tensor() : packed_tensor(packed_key);
   const bool onednn = packed.defined() ? rows >= 2 && rows * weight.numel() >= min_macs : rows >= min_rows;
-  if (!onednn) return at::linear(x, weight, bias);
+  if (!few && !onednn) return at::linear(x, weight, bias);
   const at::Tensor flat = x.dim() == 2 ? x : x.reshape({rows, features});
-  at::Tensor out = linear_pointwise(flat, packed.defined() ? packed : weight, bias);
+  at::Tensor out = few ? few_rows_mm(flat, *panels, weight.size(0), bias)
+                       : linear_pointwise(flat, packed.defined() ? packed : weight, bias);
   if (x.dim() == 2) return out;
   auto shape = x.sizes().vec();
   shape.back() = weight.size(0);
@@ -75,7 +83,9 @@ at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& weight, const st
 TORCH_LIBRARY(wedlm_cpu, m) {
   // a catch-all kernel: the packed tensor's dispatch key is oneDNN's, not the CPU's
   m.def("remember(Tensor packed, int key) -> int", remember);
-  m.def("onednn_linear(Tensor x, Tensor weight, Tensor? bias, int packed_key, int min_macs, int min_rows) -> Tensor");
+  m.def(
+      "linear(Tensor x, Tensor weight, Tensor? bias, Tensor? panels, int packed_key, int min_macs, int min_rows, "
+      "int few_rows_max) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(wedlm_cpu, CPU, m) { m.impl("onednn_linear", onednn_linear); }
+TORCH_LIBRARY_IMPL(wedlm_cpu, CPU, m) { m.impl("linear", linear); }
