@@ -10,11 +10,14 @@ to the engine's own setting, and fails if any configuration's token ids differ.
     python benchmarks/compile_options.py [--rounds 15] [--configs eager,shipped,no-cache,python-wrapper,freezing]
     python benchmarks/compile_options.py --configs shipped,custom-op,module-guards,skip-guards --rounds 21
     python benchmarks/compile_options.py --configs shipped,no-cpp-ops --rounds 21 [--decoding ar]
+    python benchmarks/compile_options.py --configs shipped,no-few-rows --rounds 21
     python benchmarks/compile_options.py --configs shipped --rounds 0 --kernels 20
 
 `no-cpp-ops` is the shipped configuration without the engine's C++ operators (`engine/native.py`):
 the oneDNN matmul as the Python operator (`wedlm::onednn_linear`, a CPU-only kernel), one-row
-matmuls by BLAS and attention by SDPA; `custom-op` the Python kernel registered by `torch.library.custom_op`
+matmuls by BLAS and attention by SDPA; `no-few-rows` the shipped configuration with every matmul
+of two or more rows by oneDNN (none by `wedlm_cpu::few_rows_mm`: `fast_model.FEW_ROWS_MAX` = 0
+while its graphs are traced); `custom-op` the Python kernel registered by `torch.library.custom_op`
 (autograd and Python-dispatch layers around it); `skip-guards` runs the shipped graphs under
 `torch.compiler.set_stance(skip_guard_eval_unsafe=True)` once warm (only the guards that tell
 the cached graphs apart are checked; not safe for an engine, measured to know what guards cost);
@@ -44,6 +47,7 @@ CONFIGS = {
     "python-wrapper": {**SHIPPED, "cpp_wrapper": False},
     "freezing": {**SHIPPED, "freezing": True},
     "no-cpp-ops": SHIPPED,
+    "no-few-rows": SHIPPED,
     "custom-op": SHIPPED,
     "skip-guards": SHIPPED,
     "module-guards": {"cpp_wrapper": True},  # every guard dynamo makes, the model's modules' too
@@ -76,6 +80,9 @@ def patched(name: str, warm: bool):
     from wedlm.model import attention
 
     shipped, native, kernels = fast_model._onednn_linear_op, fast_model._native_linear, dict(attention._cpu_attention)
+    few_rows = fast_model.FEW_ROWS_MAX
+    if name == "no-few-rows":
+        fast_model.FEW_ROWS_MAX = 0
     if name in ("no-cpp-ops", "custom-op"):
         fast_model._native_linear = None
         attention.use_cpu_attention(None, None)
@@ -90,6 +97,7 @@ def patched(name: str, warm: bool):
                 yield
     finally:
         fast_model._onednn_linear_op, fast_model._native_linear = shipped, native
+        fast_model.FEW_ROWS_MAX = few_rows
         attention.use_cpu_attention(kernels["one_query"], kernels["window"])
 
 

@@ -13,6 +13,14 @@ lm_head, and over all layers + lm_head by BLAS and by the engine's rule (prepack
 rows >= 2 and rows x weight size >= `fast_model.PACKED_MIN_MACS`, else BLAS). This is what `hardware.cpu_prefers_onednn_linear`, `fast_model.ONEDNN_MIN_ROWS` and
 `fast_model.PACKED_MIN_MACS` were decided from (docs/engine.md, "oneDNN matmuls" and
 "Prepacked oneDNN weights").
+
+Then, where the engine's C++ operators build (`fast_model.use_native_ops`), the prepacked oneDNN
+matmul against `wedlm_cpu::few_rows_mm` on the weight's column panels (`fast_model.pack_panels`,
+what compiled graphs run for 2 to `fast_model.FEW_ROWS_MAX` rows): per matmul with each weight hot
+in cache, whether the two results are equal bit for bit, and the whole model's matmuls (every
+layer its own weights, so they come from memory as in a step; median of `--repeats` // 10 passes).
+This is what `fast_model.FEW_ROWS_MAX` was decided from (docs/engine.md, "Few-row matmuls on
+column panels").
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from wedlm.engine.fast_model import PACKED_MIN_MACS, pack_weight
+from wedlm.engine.fast_model import PACKED_MIN_MACS, pack_panels, pack_weight, use_native_ops
 
 
 def shapes(config: dict) -> list[tuple[str, int, int]]:
@@ -90,6 +98,43 @@ def main() -> None:
     for rows, b, d, p, mb, me in totals:
         print(f"| {rows} | {b:.1f} | {d:.1f} | {p:.1f} | {b / d:.2f}x | {b / p:.2f}x | {mb:.0f} | {me:.0f} "
               f"| {mb / me:.2f}x |")
+    if use_native_ops():
+        panels_tables(config, [int(r) for r in a.rows.split(",") if int(r) >= 2], a.repeats, gen)
+
+
+def _prepacked(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+
+
+def panels_tables(config: dict, rows_list: list[int], repeats: int, gen: torch.Generator) -> None:
+    """Prepacked oneDNN against `few_rows_mm` on column panels: per matmul (hot), then the whole
+    model's matmuls with every layer's own weights."""
+    mm = torch.ops.wedlm_cpu.few_rows_mm
+    model = [(name, torch.randn(n, k, generator=gen)) for name, n, k in shapes(config)
+             for _ in range(1 if name == "lm_head" else config["num_hidden_layers"])]
+    model = [(name, w, pack_weight(w)[0], pack_panels(w)) for name, w in model]
+    print("\n| rows | matmul | prepacked oneDNN us | few_rows_mm us | speed-up | GFLOP/s | equal |\n|---|---|---|---|---|---|---|")
+    whole = []
+    for rows in rows_list:
+        seen = set()
+        for name, w, packed, panels in model:
+            if name in seen:
+                continue
+            seen.add(name)
+            x, n = torch.randn(rows, w.shape[1], generator=gen), w.shape[0]
+            dnn, few = median_us([lambda x=x, p=packed: _prepacked(x, p), lambda x=x, p=panels, n=n: mm(x, p, n, None)],
+                                 repeats)
+            equal = torch.equal(_prepacked(x, packed), mm(x, panels, n, None))
+            print(f"| {rows} | {name} [{n}x{w.shape[1]}] | {dnn:.1f} | {few:.1f} | {dnn / few:.2f}x "
+                  f"| {2 * rows * w.numel() / few / 1e3:.0f} | {equal} |")
+        xs = {name: torch.randn(rows, w.shape[1], generator=gen) for name, w, _, _ in model}
+        dnn, few = median_us([lambda xs=xs: [_prepacked(xs[name], p) for name, _, p, _ in model],
+                              lambda xs=xs: [mm(xs[name], p, w.shape[0], None) for name, w, _, p in model]],
+                             max(repeats // 10, 5))
+        whole.append((rows, dnn, few))
+    print("\n| rows | all layers + lm_head, prepacked oneDNN us | few_rows_mm us | speed-up |\n|---|---|---|---|")
+    for rows, dnn, few in whole:
+        print(f"| {rows} | {dnn:.0f} | {few:.0f} | {dnn / few:.2f}x |")
 
 
 if __name__ == "__main__":

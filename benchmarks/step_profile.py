@@ -11,8 +11,8 @@ on other source trees (e.g. an exported older commit) and prints the tables side
 Below each table: the step's floor on this CPU. The runner's inputs of every timed step
 (tokens fed, logit rows, keys each query reads) give the step's float32 FLOPs (every matmul,
 attention's QK^T and PV) and bytes (the matmul weights once, the K/V rows read); a float32
-matmul (`--peak-size`, one thread) and a read of a buffer of the step's bytes (same thread
-count) measure this CPU's peak rates in the same process; the floor is the larger of
+matmul (the faster of torch's BLAS and the engine's `few_rows_mm`, one thread) and a read of a
+buffer of the step's bytes (same thread count) measure this CPU's peak rates in the same process; the floor is the larger of
 FLOPs / peak FLOP rate and bytes / read bandwidth, printed with the measured step as "x floor".
 
     python benchmarks/step_profile.py --batch 1 --batch 8
@@ -68,10 +68,14 @@ def step_cost(config, tokens: int, rows: int, keys: int, kv_rows: int) -> tuple[
 
 
 def measure_peaks(nbytes: int, size: int = 512, seconds: float = 0.3) -> dict:
-    """This CPU's float32 matmul rate (a [size, size] x [size, size] product, FLOP/s) and read
-    bandwidth over a buffer of `nbytes` (at least 1 MB; bytes/s), at the current thread count:
-    the best of repeated timings (peaks, not typical)."""
+    """This CPU's float32 matmul rate (a [size, size] x [size, size] product, FLOP/s: the faster
+    of torch's BLAS and, where the engine's C++ operators load, its `few_rows_mm` on [96, size]
+    rows, which beats MKL on AMD CPUs) and read bandwidth over a buffer of `nbytes` (at least
+    1 MB; bytes/s), at the current thread count: the best of repeated timings (peaks, not
+    typical)."""
     import torch
+
+    from wedlm.engine import fast_model
 
     a, b = torch.randn(size, size), torch.randn(size, size)
     buf = torch.ones(max(nbytes, 1 << 20) // 4)
@@ -85,8 +89,11 @@ def measure_peaks(nbytes: int, size: int = 512, seconds: float = 0.3) -> dict:
             rate = max(rate, work / (time.perf_counter() - start))
         return rate
 
-    return {"peak_flops": best(lambda: torch.mm(a, b), 2 * size ** 3),
-            "peak_bytes": best(lambda: buf.sum(), buf.numel() * 4)}
+    flops = best(lambda: torch.mm(a, b), 2 * size ** 3)
+    if fast_model.use_native_ops():
+        rows, panels = a[:96].contiguous(), fast_model.pack_panels(b)
+        flops = max(flops, best(lambda: torch.ops.wedlm_cpu.few_rows_mm(rows, panels, size, None), 2 * 96 * size ** 2))
+    return {"peak_flops": flops, "peak_bytes": best(lambda: buf.sum(), buf.numel() * 4)}
 
 
 def _record_shapes(runner) -> list:

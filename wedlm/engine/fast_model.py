@@ -70,11 +70,11 @@ PACKED_MIN_MACS = 1 << 19
 TRANSPOSED_GEMV_MAX_BYTES = 2 << 30
 # Compiled graphs with the C++ operators run the matmuls of 2 to FEW_ROWS_MAX rows by
 # `wedlm_cpu::few_rows_mm` on a copy of the weight in 64-column panels (`pack_panels`): register
-# tiles at the core's FMA rate, no fixed cost per call. On a Zen 4 core (one thread), the
-# shipped model's matmuls of a 16-row step (8 layers + lm_head, weights cycled as in a step, so
-# read from L3) took ~1.27 ms against oneDNN's ~2.08 (`python benchmarks/cpu_matmul.py --panels`);
-# with each shape hot in cache 1,147 us against 1,651 at 16 rows, 2,755 against 3,213 at 38,
-# 9,009 against 9,538 at 128 and about the same at 512.
+# tiles at the core's FMA rate, no fixed cost per call. On a Zen 4 core (one thread,
+# `python benchmarks/cpu_matmul.py`), the shipped model's matmuls (8 layers, each its own weights,
+# + lm_head) took 0.62 ms against prepacked oneDNN's 1.76 at 2 rows, 1.61 against 2.39 at 16, 3.32
+# against 4.21 at 38 and 9.97 against 10.97 at 128 (1.04x at 512; the limit stays where larger K,
+# whose oneDNN blocks sum in another order, has been measured less).
 FEW_ROWS_MAX = 128
 # `use_panel_weights` costs one more copy of the matmul weights; models whose float32 matmul
 # weights are larger than this keep oneDNN for few rows.
@@ -111,7 +111,7 @@ def pack_weight(weight: torch.Tensor) -> tuple[torch.Tensor, int]:
 def use_native_ops() -> bool:
     """Compiled graphs traced from now on call the C++ operators (`native.load`): the matmul
     `wedlm_cpu::linear` instead of the Python `wedlm::onednn_linear` (`few_rows_mm` on the
-    transposed copy up to FEW_ROWS_MAX rows, else the same rule and oneDNN call, with no call back
+    column-panel copy up to FEW_ROWS_MAX rows, else the same rule and oneDNN call, with no call back
     into the interpreter per matmul) and
     `wedlm_cpu::one_row_mm` for one-row matmuls on transposed copies instead of BLAS, and
     `wedlm_cpu::one_query_attention` (the unmasked one-query attention of a batch-1 `ar` step)
