@@ -210,9 +210,9 @@ def test_compiled_onednn_equals_eager(tiny_path, monkeypatch):
     while compiled.has_unfinished():
         compiled.step()
     # two sequences: a multi-row graph, whose opaque op applies the row rule at run time: the
-    # prefill's 140 rows (more than FEW_ROWS_MAX) by oneDNN, then 2 rows by `few_rows_mm` on the
-    # transposed copies (no oneDNN call)
-    for p in (list(range(40, 140)), list(range(150, 190))):  # new prompts: no prefix-cache hits
+    # prefill's 270 rows (more than FEW_ROWS_MAX) by oneDNN, then 2 rows by `few_rows_mm` on the
+    # column panels (no oneDNN call)
+    for p in (list(range(40, 240)), list(range(10, 80))):  # new prompts: no prefix-cache hits
         compiled.add_request(p, SamplingParams(temperature=0.0, max_tokens=6, decoding="ar", ignore_eos=True))
     assert "mkldnn::_linear_pointwise" in _ops(compiled.step)
     ops = _ops(lambda: [compiled.step() for _ in range(3)])

@@ -73,9 +73,9 @@ TRANSPOSED_GEMV_MAX_BYTES = 2 << 30
 # tiles at the core's FMA rate, no fixed cost per call. On a Zen 4 core (one thread,
 # `python benchmarks/cpu_matmul.py`), the shipped model's matmuls (8 layers, each its own weights,
 # + lm_head) took 0.62 ms against prepacked oneDNN's 1.76 at 2 rows, 1.61 against 2.39 at 16, 3.32
-# against 4.21 at 38 and 9.97 against 10.97 at 128 (1.04x at 512; the limit stays where larger K,
-# whose oneDNN blocks sum in another order, has been measured less).
-FEW_ROWS_MAX = 128
+# against 4.21 at 38 and 9.97 against 10.97 at 128, 1.04x less at 512; SmolLM2-135M's (K = 576 and
+# 1536) 1.21x less at 16 rows, 1.03x at 256, even at 512, where its lm_head ran 0.98-0.99x.
+FEW_ROWS_MAX = 256
 # `use_panel_weights` costs one more copy of the matmul weights; models whose float32 matmul
 # weights are larger than this keep oneDNN for few rows.
 PANELS_MAX_BYTES = 2 << 30
