@@ -325,3 +325,15 @@ def test_each_instruction_set_variant_computes_the_same(tmp_path, variant):
     out = subprocess.run([sys.executable, "-c", _VARIANT_CHECK, "wedlm_cpu_variant", str(tmp_path), variant],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("n,k", SHIPPED_SHAPES)
+def test_few_rows_mm_of_one_row_is_one_row_mm(cpp_op, n, k):
+    """One row: both sum each output's K products in order k = 0..K-1 with FMAs, so the panels
+    give `one_row_mm`'s values on the transposed copy bit for bit (compiled `ar` steps switch
+    from one to the other)."""
+    gen = torch.Generator().manual_seed(n + k)
+    w, x = torch.randn(n, k, generator=gen), torch.randn(1, k, generator=gen)
+    with torch.inference_mode():
+        got = torch.ops.wedlm_cpu.few_rows_mm(x, pack_panels(w), n, None)
+        assert torch.equal(got, torch.ops.wedlm_cpu.one_row_mm(x, w.t().contiguous()))

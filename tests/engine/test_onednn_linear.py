@@ -200,12 +200,12 @@ def test_compiled_onednn_equals_eager(tiny_path, monkeypatch):
         assert got == want
         assert "wedlm_cpu::linear" in ops and "wedlm::onednn_linear" not in ops
     # `ar` at batch 1 runs the one-query graph of one token and one logit row: the C++ one-row
-    # matmul on the transposed weight copies and the C++ one-query attention
+    # matmuls on the column panels (`few_rows_mm`, where oneDNN runs) and the C++ one-query attention
     compiled.add_request(list(range(5, 25)), SamplingParams(temperature=0.0, max_tokens=6, decoding="ar",
                                                             ignore_eos=True))
     compiled.step()  # the prefill: a multi-query graph
     ops = _ops(lambda: [compiled.step() for _ in range(3)])
-    assert "wedlm_cpu::linear" not in ops and "wedlm_cpu::one_row_mm" in ops
+    assert "wedlm_cpu::linear" not in ops and "wedlm_cpu::few_rows_mm" in ops and "wedlm_cpu::one_row_mm" not in ops
     assert "wedlm_cpu::one_query_attention" in ops
     while compiled.has_unfinished():
         compiled.step()

@@ -227,20 +227,28 @@ torch.library.register_fake("wedlm::onednn_linear", _onednn_linear_fake, lib=_LI
 _onednn_linear_op = torch.ops.wedlm.onednn_linear.default
 
 
-def one_row_linear(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+def one_row_linear(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None = None,
+                   panels: torch.Tensor | None = None) -> torch.Tensor:
     """`F.linear(x, weight_t.T, bias)` for one input row, on the transposed weight.
 
     Args:
         x: [..., in_features] holding one row (x.numel() == in_features).
         weight_t: [in_features, out_features], contiguous (`use_transposed_gemv`'s copy).
         bias: [out_features] or None.
+        panels: the same weight in column panels (`use_panel_weights`'s copy) or None.
 
     Returns:
         [..., out_features] in x's dtype; equal to F.linear within float32 summation order.
         Compiled graphs (once `use_native_ops` loaded the C++ operators) run
-        `wedlm_cpu::one_row_mm`, eager calls BLAS.
+        `wedlm_cpu::few_rows_mm` on `panels` (while FEW_ROWS_MAX >= 1: the panels stream in
+        order, 0.75-0.8x the time of the model's one-row matmuls on weight_t) or else
+        `wedlm_cpu::one_row_mm` on weight_t (the same sums in the same order: equal values);
+        eager calls BLAS.
     """
     if _native_linear is not None and torch.compiler.is_compiling():
+        if panels is not None and FEW_ROWS_MAX >= 1:
+            out = torch.ops.wedlm_cpu.few_rows_mm(x.reshape(1, -1), panels, weight_t.shape[1], bias)
+            return out.view(*x.shape[:-1], weight_t.shape[1])
         out = torch.ops.wedlm_cpu.one_row_mm(x, weight_t)  # `native.py`: streams weights faster than BLAS
     else:
         out = torch.mm(x.reshape(1, -1), weight_t)
@@ -261,7 +269,7 @@ def _matmul(module: nn.Module, x: torch.Tensor, weight: torch.Tensor, bias: torc
     once `use_transposed_gemv` made it, or `onednn_linear` (with the module's prepacked weight,
     `packed_key`) once `use_onednn_linear` set the module's `onednn`."""
     if _one_row(module, x):
-        return one_row_linear(x, module.weight_t, bias)
+        return one_row_linear(x, module.weight_t, bias, module.weight_panels)
     if module.onednn:
         return onednn_linear(x, weight, bias, module.packed_key, module.weight_panels)
     return F.linear(x, weight, bias)
