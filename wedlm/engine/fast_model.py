@@ -68,7 +68,7 @@ PACKED_MIN_MACS = 1 << 19
 # (540 MB of matmul weights, a 113 MB tied lm_head) decoded batch-1 `ar` in 35.1 ms per token with
 # the copies against 48.4 without (compiled, one Zen 4 thread, same tokens; docs/experiments.md).
 TRANSPOSED_GEMV_MAX_BYTES = 2 << 30
-# Compiled graphs with the C++ operators run the matmuls of 2 to FEW_ROWS_MAX rows by
+# Compiled graphs with the C++ operators run the matmuls of 1 to FEW_ROWS_MAX rows by
 # `wedlm_cpu::few_rows_mm` on a copy of the weight in 64-column panels (`pack_panels`): register
 # tiles at the core's FMA rate, no fixed cost per call. On a Zen 4 core (one thread,
 # `python benchmarks/cpu_matmul.py`), the shipped model's matmuls (8 layers, each its own weights,
@@ -493,7 +493,7 @@ def pack_panels(weight: torch.Tensor) -> torch.Tensor:
 def use_panel_weights(model: QwenForCausalLM, max_bytes: int = PANELS_MAX_BYTES) -> bool:
     """Give every oneDNN matmul (`use_onednn_linear`) of an `optimize_for_inference`d CPU float32
     model a copy of its weight in column panels (`pack_panels`), which compiled graphs with the C++
-    operators run 2 to FEW_ROWS_MAX rows on (`wedlm_cpu::few_rows_mm`); in place. Returns whether
+    operators run 1 to FEW_ROWS_MAX rows on (`wedlm_cpu::few_rows_mm`); in place. Returns whether
     it did. Memory: one more copy of those weights (16 MB for the shipped model); models whose
     matmul weights exceed `max_bytes`, or with a weight whose out_features is not a multiple of
     16, are left alone. Idempotent; weights changed afterwards need another call."""
