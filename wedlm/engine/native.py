@@ -3,7 +3,7 @@
 `load()` builds `csrc/` with the system's C++ compiler (the one inductor's compiled forward
 needs anyway) through `torch.utils.cpp_extension`, once per machine, torch version and source:
 the library lands in `cache_dir()/torch-extensions/<torch version>/` and a later process only
-loads it (~10 s to build on one Zen 4 core, ~10 ms to load). Compiled CPU graphs
+loads it (10-18 s to build on one Zen 4 core, ~10 ms to load). Compiled CPU graphs
 call its operators (`fast_model.use_native_ops`):
 
 * `torch.ops.wedlm_cpu.linear`: the float32 matmul of two or more rows (`fast_model.onednn_linear`):

@@ -78,8 +78,9 @@ void row_blocks(const float* x, int64_t M, int64_t K, const float* w, int64_t ld
   }
 }
 
-// Panels [p0, p1): with `wide` (AVX-512) each panel as one tile column of its full width,
-// else 16 columns at a time.
+// Panels [p0, p1): with `wide` (AVX-512) each full panel as one tile column, else (and for a
+// narrower last panel) 16 columns at a time. Two tile widths keep the build short: each is
+// instantiated for 1-6 rows and three instruction sets.
 void panels(const float* x, int64_t M, int64_t K, const float* packed, int64_t N, const float* bias, float* y,
             int64_t p0, int64_t p1, bool wide) {
   for (int64_t p = p0; p < p1; ++p) {
@@ -87,10 +88,6 @@ void panels(const float* x, int64_t M, int64_t K, const float* packed, int64_t N
     const float* w = packed + n0 * K;
     if (wide && width == PANEL) {
       row_blocks<4>(x, M, K, w, width, bias, y, N, n0);
-    } else if (wide && width == 48) {
-      row_blocks<3>(x, M, K, w, width, bias, y, N, n0);
-    } else if (wide && width == 32) {
-      row_blocks<2>(x, M, K, w, width, bias, y, N, n0);
     } else {
       for (int64_t c = 0; c < width; c += LANES) row_blocks<1>(x, M, K, w + c, width, bias, y, N, n0 + c);
     }
