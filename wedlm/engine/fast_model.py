@@ -112,8 +112,8 @@ def use_native_ops() -> bool:
     """Compiled graphs traced from now on call the C++ operators (`native.load`): the matmul
     `wedlm_cpu::linear` instead of the Python `wedlm::onednn_linear` (`few_rows_mm` on the
     column-panel copy up to FEW_ROWS_MAX rows, else the same rule and oneDNN call, with no call back
-    into the interpreter per matmul) and
-    `wedlm_cpu::one_row_mm` for one-row matmuls on transposed copies instead of BLAS, and
+    into the interpreter per matmul) and, for one-row matmuls, `few_rows_mm` on the panels or
+    `wedlm_cpu::one_row_mm` on transposed copies instead of BLAS, and
     `wedlm_cpu::one_query_attention` (the unmasked one-query attention of a batch-1 `ar` step)
     and `wedlm_cpu::window_attention` (every other step's) instead of SDPA
     (`attention.use_cpu_attention`). Every live
@@ -267,7 +267,8 @@ def _one_row(module: nn.Module, x: torch.Tensor) -> bool:
 def _matmul(module: nn.Module, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear, or `one_row_linear` on the module's transposed copy (`weight_t`) for one row
     once `use_transposed_gemv` made it, or `onednn_linear` (with the module's prepacked weight,
-    `packed_key`) once `use_onednn_linear` set the module's `onednn`."""
+    `packed_key`) once `use_onednn_linear` set the module's `onednn`; both with the module's
+    column panels (`weight_panels`) once `use_panel_weights` made them."""
     if _one_row(module, x):
         return one_row_linear(x, module.weight_t, bias, module.weight_panels)
     if module.onednn:
