@@ -9,7 +9,7 @@ For each (rows, weight) of the model's matmuls (fused q/k/v, o_proj, fused gate/
 lm_head) the three run alternately, `--repeats` calls each after a warm-up, one torch thread;
 prints the median microseconds per call, the speed-ups over BLAS, the largest difference of the
 results (float32 summation order) and, per row count, the sum over one layer's matmuls plus
-lm_head, and over all layers + lm_head by BLAS and by the engine's rule (prepacked oneDNN where
+lm_head, and over all layers + lm_head by BLAS and by the oneDNN rule (prepacked oneDNN where
 rows >= 2 and rows x weight size >= `fast_model.PACKED_MIN_MACS`, else BLAS). This is what `hardware.cpu_prefers_onednn_linear`, `fast_model.ONEDNN_MIN_ROWS` and
 `fast_model.PACKED_MIN_MACS` were decided from (docs/engine.md, "oneDNN matmuls" and
 "Prepacked oneDNN weights").
@@ -79,11 +79,11 @@ def main() -> None:
         for name, w in weights.items():
             x, wp = torch.randn(rows, w.shape[1], generator=gen), packed[name]
             times = median_us([lambda x=x, w=w: F.linear(x, w),
-                               lambda x=x, w=w: torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], ""),
-                               lambda x=x, wp=wp: torch.ops.mkldnn._linear_pointwise(x, wp, None, "none", [], "")],
+                               lambda x=x, w=w: _onednn(x, w),
+                               lambda x=x, wp=wp: _onednn(x, wp)],
                               a.repeats)
             want = F.linear(x, w)
-            diff = max((want - torch.ops.mkldnn._linear_pointwise(x, u, None, "none", [], "")).abs().max().item()
+            diff = max((want - _onednn(x, u)).abs().max().item()
                        for u in (w, wp))
             sums = [s + t for s, t in zip(sums, times)]
             blas, dnn, pre = times
@@ -94,7 +94,7 @@ def main() -> None:
                   f"| {blas / dnn:.2f}x | {blas / pre:.2f}x | {diff:.1e} |")
         totals.append((rows, *sums, *model))
     print("\n| rows | one layer + lm_head, BLAS us | oneDNN us | prepacked us | speed-up | prepacked speed-up "
-          "| all layers + lm_head, BLAS us | the engine's rule us | speed-up |\n|---|---|---|---|---|---|---|---|---|")
+          "| all layers + lm_head, BLAS us | the oneDNN rule us | speed-up |\n|---|---|---|---|---|---|---|---|---|")
     for rows, b, d, p, mb, me in totals:
         print(f"| {rows} | {b:.1f} | {d:.1f} | {p:.1f} | {b / d:.2f}x | {b / p:.2f}x | {mb:.0f} | {me:.0f} "
               f"| {mb / me:.2f}x |")
@@ -102,8 +102,9 @@ def main() -> None:
         panels_tables(config, [int(r) for r in a.rows.split(",") if int(r) >= 2], a.repeats, gen)
 
 
-def _prepacked(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
-    return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+def _onednn(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x @ weight^T by oneDNN, weight as it is or prepacked (`pack_weight`)."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
 
 
 def panels_tables(config: dict, rows_list: list[int], repeats: int, gen: torch.Generator) -> None:
@@ -122,13 +123,13 @@ def panels_tables(config: dict, rows_list: list[int], repeats: int, gen: torch.G
                 continue
             seen.add(name)
             x, n = torch.randn(rows, w.shape[1], generator=gen), w.shape[0]
-            dnn, few = median_us([lambda x=x, p=packed: _prepacked(x, p), lambda x=x, p=panels, n=n: mm(x, p, n, None)],
+            dnn, few = median_us([lambda x=x, p=packed: _onednn(x, p), lambda x=x, p=panels, n=n: mm(x, p, n, None)],
                                  repeats)
-            equal = torch.equal(_prepacked(x, packed), mm(x, panels, n, None))
+            equal = torch.equal(_onednn(x, packed), mm(x, panels, n, None))
             print(f"| {rows} | {name} [{n}x{w.shape[1]}] | {dnn:.1f} | {few:.1f} | {dnn / few:.2f}x "
                   f"| {2 * rows * w.numel() / few / 1e3:.0f} | {equal} |")
         xs = {name: torch.randn(rows, w.shape[1], generator=gen) for name, w, _, _ in model}
-        dnn, few = median_us([lambda xs=xs: [_prepacked(xs[name], p) for name, _, p, _ in model],
+        dnn, few = median_us([lambda xs=xs: [_onednn(xs[name], p) for name, _, p, _ in model],
                               lambda xs=xs: [mm(xs[name], p, w.shape[0], None) for name, w, _, p in model]],
                              max(repeats // 10, 5))
         whole.append((rows, dnn, few))

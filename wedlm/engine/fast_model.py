@@ -421,19 +421,11 @@ def use_onednn_linear(model: QwenForCausalLM, prepack: bool = True) -> QwenForCa
         return model
     if not torch.backends.mkldnn.is_available():
         raise RuntimeError("use_onednn_linear needs a torch build with oneDNN (torch.backends.mkldnn)")
-    fused_parts = {id(lin) for module in model.modules() for lin in _fused_projections(module)}
-    for module in model.modules():
-        if isinstance(module, FusedQKVAttention):
+    for module, weight in _matmuls(model):
+        if isinstance(module, (FusedQKVAttention, FusedSwiGLU)):
             module.onednn = True
-            weight = module.qkv_weight
-        elif isinstance(module, FusedSwiGLU):
-            module.onednn = True
-            weight = module.gate_up_weight
-        elif type(module) in (nn.Linear, OneDNNLinear, TransposedGemvLinear) and id(module) not in fused_parts:
-            module.__class__ = OneDNNLinear
-            weight = module.weight
         else:
-            continue
+            module.__class__ = OneDNNLinear
         if prepack:
             module.packed_weight, module.packed_key = pack_weight(weight)
     return model
@@ -452,20 +444,9 @@ def use_transposed_gemv(model: QwenForCausalLM, max_bytes: int = TRANSPOSED_GEMV
     """
     if model.dtype != torch.float32 or model.device.type != "cpu":
         return False
-    fused_parts = {id(lin) for module in model.modules() for lin in _fused_projections(module)}
-    targets = []
-    for module in model.modules():
-        if isinstance(module, FusedQKVAttention):
-            weight = module.qkv_weight
-        elif isinstance(module, FusedSwiGLU):
-            weight = module.gate_up_weight
-        elif type(module) in (nn.Linear, OneDNNLinear, TransposedGemvLinear) and id(module) not in fused_parts:
-            weight = module.weight
-        else:
-            continue
-        if weight.dtype != torch.float32:
-            return False
-        targets.append((module, weight))
+    targets = _matmuls(model)
+    if any(weight.dtype != torch.float32 for _, weight in targets):
+        return False
     if not targets or sum(w.numel() * w.element_size() for _, w in targets) > max_bytes:
         return False
     for module, weight in targets:
@@ -500,7 +481,7 @@ def use_panel_weights(model: QwenForCausalLM, max_bytes: int = PANELS_MAX_BYTES)
     16, are left alone. Idempotent; weights changed afterwards need another call."""
     if model.dtype != torch.float32 or model.device.type != "cpu":
         return False
-    targets = [(module, _matmul_weight(module)) for module in model.modules() if getattr(module, "onednn", False)]
+    targets = [(module, weight) for module, weight in _matmuls(model) if module.onednn]
     if (not targets or any(w.dtype != torch.float32 or w.shape[0] % 16 for _, w in targets)
             or sum(w.numel() * w.element_size() for _, w in targets) > max_bytes):
         return False
@@ -509,12 +490,20 @@ def use_panel_weights(model: QwenForCausalLM, max_bytes: int = PANELS_MAX_BYTES)
     return True
 
 
-def _matmul_weight(module: nn.Module) -> torch.Tensor:
-    if isinstance(module, FusedQKVAttention):
-        return module.qkv_weight
-    if isinstance(module, FusedSwiGLU):
-        return module.gate_up_weight
-    return module.weight
+def _matmuls(model: QwenForCausalLM) -> list[tuple[nn.Module, torch.Tensor]]:
+    """(module, the weight its matmul reads) for every matmul of an `optimize_for_inference`d model:
+    the fused q/k/v and gate/up weights, and every other linear (o_proj, down_proj, lm_head) that
+    is not a part of a fused one."""
+    fused_parts = {id(lin) for module in model.modules() for lin in _fused_projections(module)}
+    found = []
+    for module in model.modules():
+        if isinstance(module, FusedQKVAttention):
+            found.append((module, module.qkv_weight))
+        elif isinstance(module, FusedSwiGLU):
+            found.append((module, module.gate_up_weight))
+        elif type(module) in (nn.Linear, OneDNNLinear, TransposedGemvLinear) and id(module) not in fused_parts:
+            found.append((module, module.weight))
+    return found
 
 
 def plain_weights(model: QwenForCausalLM) -> list[torch.Tensor]:
