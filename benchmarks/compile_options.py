@@ -11,6 +11,7 @@ to the engine's own setting, and fails if any configuration's token ids differ.
     python benchmarks/compile_options.py --configs shipped,custom-op,module-guards,skip-guards --rounds 21
     python benchmarks/compile_options.py --configs shipped,no-cpp-ops --rounds 21 [--decoding ar]
     python benchmarks/compile_options.py --configs shipped,no-few-rows --rounds 21
+    python benchmarks/compile_options.py --configs shipped,no-direct --rounds 21 [--decoding ar]
     python benchmarks/compile_options.py --configs shipped --rounds 0 --kernels 20
 
 `no-cpp-ops` is the shipped configuration without the engine's C++ operators (`engine/native.py`):
@@ -21,6 +22,7 @@ while its graphs are traced); `custom-op` the Python kernel registered by `torch
 (autograd and Python-dispatch layers around it); `skip-guards` runs the shipped graphs under
 `torch.compiler.set_stance(skip_guard_eval_unsafe=True)` once warm (only the guards that tell
 the cached graphs apart are checked; not safe for an engine, measured to know what guards cost);
+`no-direct` sends every call of the shipped engine through dynamo (no `compiled._DirectCall`);
 `module-guards` keeps dynamo's guards on the model's modules, which the engine drops
 (`torch.compiler.skip_guard_on_all_nn_modules_unsafe`; safe for a code object that sees one model).
 
@@ -50,6 +52,7 @@ CONFIGS = {
     "no-few-rows": SHIPPED,
     "custom-op": SHIPPED,
     "skip-guards": SHIPPED,
+    "no-direct": SHIPPED,
     "module-guards": {"cpp_wrapper": True},  # every guard dynamo makes, the model's modules' too
 }
 
@@ -104,17 +107,24 @@ def patched(name: str, warm: bool):
 _CUSTOM_OP: dict = {}
 
 
-def engine(model: str, options: dict | None):
+def engine(model: str, name: str):
+    """An engine for configuration `name`: the engine's own compiled forward (direct calls
+    included) where the configuration uses the shipped inductor options, else a `torch.compile`
+    with its options, every call through dynamo."""
     import torch
 
     from wedlm import LLM
     from wedlm.engine import compiled
 
+    options = CONFIGS[name]
     llm = LLM(model, device="cpu", enforce_eager=options is None, enable_prefix_caching=False, max_num_seqs=1)
-    if options is not None:
+    forward = llm.engine.runner.compiled
+    if name == "no-direct":
+        forward._direct = None
+    elif options is not None and (options != SHIPPED or name == "skip-guards"):
         options = {k: getattr(torch.compiler, v) if k == "guard_filter_fn" else v for k, v in options.items()}
         fn = compiled._own_copy(compiled.forward_logits)  # a code object of its own: its own dynamo cache
-        llm.engine.runner.compiled._compiled = torch.compile(fn, dynamic=True, options=options)
+        forward._compiled, forward._direct = torch.compile(fn, dynamic=True, options=options), None
     return llm
 
 
@@ -137,7 +147,7 @@ def main() -> int:
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, decoding=args.decoding, ignore_eos=True)
     llms, ids = {}, {}
     for name in names:
-        llms[name] = engine(args.model, CONFIGS[name])
+        llms[name] = engine(args.model, name)
         start = time.perf_counter()
         with patched(name, warm=False):
             ids[name] = llms[name].generate([prompt], params)[0]["token_ids"]  # warm-up: compiles

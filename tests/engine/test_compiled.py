@@ -49,6 +49,49 @@ def test_all_decoders_same_tokens_eager_and_compiled(make_llm, compiled_llm):
     assert make_llm().engine.runner.compiled is None and make_llm().engine.enforce_eager
 
 
+def test_known_steps_call_their_graph_without_dynamo(make_llm, compiled_llm):
+    """Once a graph has run through dynamo, a step that passes its cache entry's guards calls it
+    directly (`_DirectCall`): one direct entry per graph, the eager tokens, no call through dynamo."""
+    compiled = compiled_llm.engine.runner.compiled
+    generate(compiled_llm, 10)  # every step shape of the run below has run before
+    through = []
+    dynamo = compiled._compiled
+    compiled._compiled = lambda *args: through.append(args) or dynamo(*args)
+    try:
+        assert generate(compiled_llm, 10) == generate(make_llm(), 10)
+    finally:
+        compiled._compiled = dynamo
+    assert through == []
+    assert len(compiled._direct) == compiled.graphs == 4
+
+
+def test_direct_call_reads_plain_sources_only():
+    """`_DirectCall.of` rebuilds a graph's inputs from their dynamo sources: the model's and the KV
+    cache's once, the step's at each call; any other kind of source keeps dynamo."""
+    from types import SimpleNamespace as NS
+
+    import torch
+
+    from wedlm.engine.compiled import _DirectCall
+
+    def graph(*names, fn=lambda *args: list(args)):
+        return NS(fn=fn, graph_args=[NS(source=NS(name=n), pass_arg_as_tensor=False) for n in names])
+
+    weight, ids = torch.ones(2), torch.arange(5)
+    frame = {"model": NS(w=weight), "input_ids": ids, "attn": NS(kv_cache=NS(k=[torch.zeros(1)]))}
+    direct = _DirectCall.of(None, graph("L['input_ids'].size()[0]", "L['model'].w", "L['input_ids']",
+                                        "L['attn'].kv_cache.k[0]"), frame)
+    assert direct.static == (weight, frame["attn"].kv_cache.k[0])
+    other = torch.arange(7)
+    got = direct({"model": NS(w=torch.zeros(2)), "input_ids": other, "attn": None})
+    assert got[0] == 7 and got[1] is weight and got[2] is other and got[3] is frame["attn"].kv_cache.k[0]
+    assert _DirectCall.of(None, graph("G['table']"), frame) is None
+    assert _DirectCall.of(None, graph("___as_tensor(L['input_ids'])"), frame) is None
+    tensor_arg = graph("L['input_ids']")
+    tensor_arg.graph_args[0].pass_arg_as_tensor = True
+    assert _DirectCall.of(None, tensor_arg, frame) is None
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("decoding", DECODERS)
 def test_each_decoder_alone_same_tokens(make_llm, compiled_llm, decoding):
