@@ -171,11 +171,13 @@ def test_plain_weights_are_static_and_settings_are_restored(compiled_llm):
 
     model = compiled_llm.engine.runner.model
     weights = plain_weights(model)
-    # 2 per layer (qkv, gate_up; the tiny model has no q/k/v bias), and the transposed copies of
-    # the one-row matmuls: 4 per layer (qkv, o_proj, gate_up, down_proj) and lm_head's
+    # 2 per layer (qkv, gate_up; the tiny model has no q/k/v bias), and one copy for the one-row
+    # matmuls, 4 per layer (qkv, o_proj, gate_up, down_proj) and lm_head's: the transposed weight,
+    # or its column panels where oneDNN runs (`use_panel_weights` drops the transposed copy)
     assert len(weights) == 2 * model.config.num_hidden_layers + 4 * model.config.num_hidden_layers + 1
-    assert sum(w is m.weight_t for m in model.modules() for w in weights
-               if getattr(m, "weight_t", None) is not None) == 4 * model.config.num_hidden_layers + 1
+    copies = [w for m in model.modules() for w in weights
+              if any(w is getattr(m, name, None) for name in ("weight_t", "weight_panels"))]
+    assert len(copies) == 4 * model.config.num_hidden_layers + 1
     assert all(w._dynamo_static_indices == set(range(w.dim())) for w in weights)
     before = (fx_config.use_duck_shape, torch._dynamo.config.specialize_float)
     with pytest.raises(RuntimeError, match="inside"):

@@ -189,6 +189,17 @@ def test_compiled_onednn_equals_eager(tiny_path, monkeypatch):
     compiled = LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=16, device="cpu", enforce_eager=False)
     assert compiled.engine.runner.native_ops and not eager.engine.runner.native_ops
     assert compiled.engine.matmuls.endswith("the compiled forward's matmuls and attention by the engine's C++ operators")
+    # the column panels replace the transposed copies: an eager one-row matmul (a logits-free
+    # chunk of one token) runs on them too, with the one-row kernel's values bit for bit
+    runner = compiled.engine.runner
+    matmuls = fast_model._matmuls(runner.model)
+    assert runner.panel_weights and len(matmuls) == 4 * runner.model.config.num_hidden_layers + 1
+    assert all(m.weight_panels is not None and m.weight_t is None for m, _ in matmuls)
+    attn = runner.model.model.layers[0].self_attn
+    x = torch.randn(1, 1, attn.qkv_weight.shape[1], generator=torch.Generator().manual_seed(5))
+    got = fast_model._matmul(attn, x, attn.qkv_weight)
+    assert got.shape == (1, 1, attn.qkv_weight.shape[0])
+    assert torch.equal(got[0], torch.ops.wedlm_cpu.one_row_mm(x[0], attn.qkv_weight.t().contiguous()))
     prompts = [list(range(5, 25)), list(range(7, 12))]
     for decoding in ("ar", "wedlm"):
         params = SamplingParams(temperature=0.0, max_tokens=20, decoding=decoding, ignore_eos=True,

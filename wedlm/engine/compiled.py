@@ -136,8 +136,9 @@ class CompiledForward:
         # of the shipped model took 0.94-0.97x the time (docs/experiments.md, "A lighter matmul
         # operator and fewer guards"). That is safe because each engine compiles its own copy
         # of `forward_logits` (`_own_copy`: its own code object, so its own dynamo cache), whose
-        # graphs only ever see this engine's model.
-        guards = torch.compiler.skip_guard_on_all_nn_modules_unsafe
+        # graphs only ever see this engine's model. For the same reason the guards on the KV
+        # cache's tensors go too (`_guards_kept`): the runner passes its one KV cache every call.
+        guards = _guards_kept
         # A CPU step calls its graph directly once dynamo has compiled it (`_DirectCall`): dynamo's
         # frame, its bytecode fetching ~130 tensors and the graph's call wrappers cost ~0.25 ms a
         # step, a tenth of a 16-slot step of the shipped model and a quarter of a one-token one.
@@ -262,6 +263,15 @@ class _CompileSettings:
     def __exit__(self, *exc) -> None:
         for (module, name, _), old in zip(self.SETTINGS, self._old):
             setattr(module, name, old)
+
+
+def _guards_kept(entries: list) -> list[bool]:
+    """Dynamo's `guard_filter_fn` for an engine's forward: every guard but those on the model's
+    modules (`torch.compiler.skip_guard_on_all_nn_modules_unsafe`) and on the KV cache's tensors
+    (fixed sizes, marked static, the same tensors in every call of one engine: 7 guards each,
+    112 of the shipped model's ~170)."""
+    keep = torch.compiler.skip_guard_on_all_nn_modules_unsafe(entries)
+    return [k and not e.name.startswith("attn.kv_cache") for k, e in zip(keep, entries)]  # L['attn'].kv_cache...
 
 
 class _Graph:

@@ -233,7 +233,8 @@ def one_row_linear(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor |
 
     Args:
         x: [..., in_features] holding one row (x.numel() == in_features).
-        weight_t: [in_features, out_features], contiguous (`use_transposed_gemv`'s copy).
+        weight_t: [in_features, out_features], contiguous (`use_transposed_gemv`'s copy), or None
+            where `use_panel_weights` replaced it by `panels`.
         bias: [out_features] or None.
         panels: the same weight in column panels (`use_panel_weights`'s copy) or None.
 
@@ -243,12 +244,13 @@ def one_row_linear(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor |
         `wedlm_cpu::few_rows_mm` on `panels` (while FEW_ROWS_MAX >= 1: the panels stream in
         order, 0.75-0.8x the time of the model's one-row matmuls on weight_t) or else
         `wedlm_cpu::one_row_mm` on weight_t (the same sums in the same order: equal values);
-        eager calls BLAS.
+        eager calls BLAS on weight_t, or `few_rows_mm` on the panels when there is no weight_t.
     """
+    if weight_t is None or (panels is not None and FEW_ROWS_MAX >= 1 and _native_linear is not None
+                            and torch.compiler.is_compiling()):
+        n = panels.numel() // x.shape[-1]
+        return torch.ops.wedlm_cpu.few_rows_mm(x.reshape(1, -1), panels, n, bias).view(*x.shape[:-1], n)
     if _native_linear is not None and torch.compiler.is_compiling():
-        if panels is not None and FEW_ROWS_MAX >= 1:
-            out = torch.ops.wedlm_cpu.few_rows_mm(x.reshape(1, -1), panels, weight_t.shape[1], bias)
-            return out.view(*x.shape[:-1], weight_t.shape[1])
         out = torch.ops.wedlm_cpu.one_row_mm(x, weight_t)  # `native.py`: streams weights faster than BLAS
     else:
         out = torch.mm(x.reshape(1, -1), weight_t)
@@ -258,10 +260,12 @@ def one_row_linear(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor |
 
 
 def _one_row(module: nn.Module, x: torch.Tensor) -> bool:
-    """The module has a transposed copy (`use_transposed_gemv`) and x is one float32 row. Under
-    torch.compile a symbolic size is never 1 (torch specialises 1), so the test adds no guard:
-    only the batch-1, one-query graph takes this path."""
-    return module.weight_t is not None and x.dtype == torch.float32 and x.numel() == x.shape[-1]
+    """The module has a transposed copy (`use_transposed_gemv`) or column panels in its place
+    (`use_panel_weights`) and x is one float32 row. Under torch.compile a symbolic size is never 1
+    (torch specialises 1), so the test adds no guard: only the batch-1, one-query graph takes
+    this path."""
+    return ((module.weight_t is not None or module.weight_panels is not None) and x.dtype == torch.float32
+            and x.numel() == x.shape[-1])
 
 
 def _matmul(module: nn.Module, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -476,17 +480,20 @@ def use_panel_weights(model: QwenForCausalLM, max_bytes: int = PANELS_MAX_BYTES)
     """Give every oneDNN matmul (`use_onednn_linear`) of an `optimize_for_inference`d CPU float32
     model a copy of its weight in column panels (`pack_panels`), which compiled graphs with the C++
     operators run 1 to FEW_ROWS_MAX rows on (`wedlm_cpu::few_rows_mm`); in place. Returns whether
-    it did. Memory: one more copy of those weights (16 MB for the shipped model); models whose
+    it did. The panels replace the module's transposed copy (`use_transposed_gemv`'s `weight_t`,
+    dropped): one-row matmuls run on them too, eager ones included. Memory: a copy of those
+    weights instead of another (16 MB for the shipped model, 540 MB for SmolLM2-135M); models whose
     matmul weights exceed `max_bytes`, or with a weight whose out_features is not a multiple of
-    16, are left alone. Idempotent; weights changed afterwards need another call."""
-    if model.dtype != torch.float32 or model.device.type != "cpu":
+    16, are left alone. Needs the engine's C++ operators (`use_native_ops`). Idempotent; weights
+    changed afterwards need another call."""
+    if _native_linear is None or model.dtype != torch.float32 or model.device.type != "cpu":
         return False
     targets = [(module, weight) for module, weight in _matmuls(model) if module.onednn]
     if (not targets or any(w.dtype != torch.float32 or w.shape[0] % 16 for _, w in targets)
             or sum(w.numel() * w.element_size() for _, w in targets) > max_bytes):
         return False
     for module, weight in targets:
-        module.weight_panels = pack_panels(weight)
+        module.weight_panels, module.weight_t = pack_panels(weight), None
     return True
 
 
