@@ -85,6 +85,11 @@ def test_direct_call_reads_plain_sources_only():
     other = torch.arange(7)
     got = direct({"model": NS(w=torch.zeros(2)), "input_ids": other, "attn": None})
     assert got[0] == 7 and got[1] is weight and got[2] is other and got[3] is frame["attn"].kv_cache.k[0]
+    # a graph with the C++ wrapper takes its int inputs as tensors: shared ones, made once
+    ints = _DirectCall.of(None, graph("L['input_ids'].size()[0]", "L['input_ids']"), frame, int_tensors=True)
+    first, second = ints(frame), ints({**frame, "input_ids": other})
+    assert first[0].dtype == torch.int64 and first[0].dim() == 0 and first[0].item() == 5
+    assert second[0].item() == 7 and ints(frame)[0] is first[0] and second[1] is other
     assert _DirectCall.of(None, graph("G['table']"), frame) is None
     assert _DirectCall.of(None, graph("___as_tensor(L['input_ids'])"), frame) is None
     tensor_arg = graph("L['input_ids']")

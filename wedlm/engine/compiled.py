@@ -202,7 +202,7 @@ class CompiledForward:
         code = self._compiled._torchdynamo_orig_callable.__code__
         entry = next((e for e in _cache_entries(code) if e.guard_manager.check(frame)), None)
         if entry is not None and all(d.guard_manager is not entry.guard_manager for d in self._direct):
-            direct = _DirectCall.of(entry.guard_manager, ran[0][0], frame)
+            direct = _DirectCall.of(entry.guard_manager, ran[0][0], frame, bool(self._options.get("cpp_wrapper")))
             if direct is not None:
                 self._direct.append(direct)
 
@@ -299,6 +299,9 @@ class _DirectCall:
     generated function. Inputs read from the model or the KV cache tensors are read once, when
     the call is made: an engine's model and KV cache keep their tensors for its whole life
     (dynamo's guards on the model's modules are dropped for the same reason, `CompiledForward`).
+    With `int_tensors` (a graph with inductor's C++ wrapper, whose Python side turns each int
+    input into a new tensor, ~5 us apiece) the int inputs (sizes, the [MASK] id) are passed as
+    shared 0-dim tensors instead (`_int_tensor`).
     """
 
     STATIC = ("L['model']", "L['attn'].kv_cache")
@@ -309,24 +312,44 @@ class _DirectCall:
         self.guard_manager, self.graph, self.build, self.static = guard_manager, graph, build, static
 
     @classmethod
-    def of(cls, guard_manager, graph: _Graph, frame: dict) -> _DirectCall | None:
-        """The direct call of `graph` for the entry of `guard_manager`, or None when one of its
-        inputs comes from a source other than a plain expression of the call's arguments."""
+    def of(cls, guard_manager, graph: _Graph, frame: dict, int_tensors: bool = False) -> _DirectCall | None:
+        """The direct call of `graph` for the entry of `guard_manager` (`frame`: a call that
+        passed its guards), or None when one of its inputs comes from a source other than a
+        plain expression of the call's arguments."""
         exprs, static = [], []
         for arg in graph.graph_args:
             name = None if arg is None or arg.pass_arg_as_tensor or arg.source is None else arg.source.name
             if name is None or not cls.SOURCE.fullmatch(name):
                 return None
+            value = eval(name, {"L": frame})  # noqa: S307 - a source name matched by SOURCE
             if name.startswith(cls.STATIC):
                 exprs.append(f"S[{len(static)}]")
-                static.append(eval(name, {"L": frame}))  # noqa: S307 - a source name matched by SOURCE
+                static.append(value)
+            elif int_tensors and type(value) is int:
+                exprs.append(f"I({name})")
             else:
                 exprs.append(name)
-        build = eval(f"lambda L, S: [{', '.join(exprs)}]", {})  # noqa: S307 - as above
+        build = eval(f"lambda L, S: [{', '.join(exprs)}]", {"I": _int_tensor})  # noqa: S307 - as above
         return cls(guard_manager, graph, build, tuple(static))
 
     def __call__(self, frame: dict) -> list:
         return self.graph.fn(*self.build(frame, self.static))
+
+
+# 0-dim int64 tensors of the sizes direct calls pass (bucketed sizes, exact key counts of batch-1
+# steps): made once each, up to this many
+_INT_TENSORS: dict[int, torch.Tensor] = {}
+INT_TENSORS_MAX = 1 << 16
+
+
+def _int_tensor(value: int) -> torch.Tensor:
+    """A shared 0-dim int64 tensor holding `value`; the graph only reads it."""
+    t = _INT_TENSORS.get(value)
+    if t is None:
+        t = torch.tensor(value)
+        if len(_INT_TENSORS) < INT_TENSORS_MAX:
+            _INT_TENSORS[value] = t
+    return t
 
 
 def _own_copy(fn: types.FunctionType) -> types.FunctionType:
