@@ -12,6 +12,7 @@ to the engine's own setting, and fails if any configuration's token ids differ.
     python benchmarks/compile_options.py --configs shipped,no-cpp-ops --rounds 21 [--decoding ar]
     python benchmarks/compile_options.py --configs shipped,no-few-rows --rounds 21
     python benchmarks/compile_options.py --configs shipped,no-direct --rounds 21 [--decoding ar]
+    python benchmarks/compile_options.py --configs shipped,gathered-kv --rounds 21 [--decoding ar --max-tokens 800]
     python benchmarks/compile_options.py --configs shipped --rounds 0 --kernels 20
 
 `no-cpp-ops` is the shipped configuration without the engine's C++ operators (`engine/native.py`):
@@ -22,7 +23,8 @@ while its graphs are traced); `custom-op` the Python kernel registered by `torch
 (autograd and Python-dispatch layers around it); `skip-guards` runs the shipped graphs under
 `torch.compiler.set_stance(skip_guard_eval_unsafe=True)` once warm (only the guards that tell
 the cached graphs apart are checked; not safe for an engine, measured to know what guards cost);
-`no-direct` sends every call of the shipped engine through dynamo (no `compiled._DirectCall`);
+`gathered-kv` feeds the attention kernels a gathered copy of the step's keys and values, as
+SDPA needs, instead of the paged caches and the slot table; `no-direct` sends every call of the shipped engine through dynamo (no `compiled._DirectCall`);
 `module-guards` keeps dynamo's guards on the model's modules, which the engine drops
 (`torch.compiler.skip_guard_on_all_nn_modules_unsafe`; safe for a code object that sees one model).
 
@@ -53,6 +55,7 @@ CONFIGS = {
     "custom-op": SHIPPED,
     "skip-guards": SHIPPED,
     "no-direct": SHIPPED,
+    "gathered-kv": SHIPPED,
     "module-guards": {"cpp_wrapper": True},  # every guard dynamo makes, the model's modules' too
 }
 
@@ -89,6 +92,8 @@ def patched(name: str, warm: bool):
     if name in ("no-cpp-ops", "custom-op"):
         fast_model._native_linear = None
         attention.use_cpu_attention(None, None)
+    if name == "gathered-kv" and kernels["window"] is not None:
+        attention.use_cpu_attention(*_gathering(kernels["one_query"], kernels["window"]))
     if name == "custom-op":
         fast_model._onednn_linear_op = _CUSTOM_OP.setdefault("op", _custom_op())
     stance = torch.compiler.set_stance(skip_guard_eval_unsafe=True) if name == "skip-guards" and warm else None
@@ -105,6 +110,18 @@ def patched(name: str, warm: bool):
 
 
 _CUSTOM_OP: dict = {}
+
+
+def _gathering(one_query, window):
+    """The attention kernels fed a gathered [B, Hkv, Lk, D] copy of the step's keys and values
+    (what SDPA needs) instead of the paged caches and the slot table."""
+    from wedlm.model.attention import _rows
+
+    def gathered(cache, slots):
+        return _rows(cache, slots).transpose(1, 2)
+
+    return (lambda q, k, v, scale, slots: one_query(q, gathered(k, slots), gathered(v, slots), scale),
+            lambda q, k, v, mask, scale, slots: window(q, gathered(k, slots), gathered(v, slots), mask, scale))
 
 
 def engine(model: str, name: str):

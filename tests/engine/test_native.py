@@ -290,6 +290,37 @@ def test_window_attention_gives_zeros_where_sdpa_does(cpp_op):
         torch.ops.wedlm_cpu.window_attention(q, k, k, mask.float(), 0.25)
 
 
+@pytest.mark.parametrize("batch,queries,keys", [(1, 16, 70), (2, 5, 33), (1, 1, 41), (2, 1, 9)])
+def test_attention_reads_the_paged_cache_in_place(cpp_op, batch, queries, keys):
+    """With a slot table the kernels read keys and values in the paged caches [S, Hkv, D] where the
+    table points (rows in any order): the values of the same kernels over the gathered copy, bit
+    for bit."""
+    gen = torch.Generator().manual_seed(batch * 100 + keys)
+    q_heads, kv_heads, dim, rows = 4, 2, 48, 200
+    k_cache, v_cache = torch.randn(rows, kv_heads, dim, generator=gen), torch.randn(rows, kv_heads, dim, generator=gen)
+    slots = torch.stack([torch.randperm(rows, generator=gen)[:keys] for _ in range(batch)])
+    k = k_cache[slots].transpose(1, 2)  # the gathered copy [B, Hkv, Lk, D]
+    v = v_cache[slots].transpose(1, 2)
+    q = torch.randn(batch, queries, q_heads, dim, generator=gen).transpose(1, 2)
+    if queries == 1:
+        want = torch.ops.wedlm_cpu.one_query_attention(q, k, v, 0.2)
+        assert torch.equal(torch.ops.wedlm_cpu.one_query_attention(q, k_cache, v_cache, 0.2, slots), want)
+    mask = _causal_mask(batch, queries, keys, [keys - queries] * batch)
+    for m in (mask, None):
+        want = torch.ops.wedlm_cpu.window_attention(q, k, v, m, 0.2)
+        assert torch.equal(torch.ops.wedlm_cpu.window_attention(q, k_cache, v_cache, m, 0.2, slots), want)
+
+
+def test_paged_attention_refuses_slots_outside_the_cache(cpp_op):
+    q, cache = torch.randn(1, 4, 3, 16), torch.randn(10, 2, 16)
+    with pytest.raises(RuntimeError, match=r"every slot must name a cache row in 0..9"):
+        torch.ops.wedlm_cpu.window_attention(q, cache, cache, None, 0.2, torch.tensor([[1, 10, 2]]))
+    with pytest.raises(RuntimeError, match=r"slots must be a contiguous int64 \[B, Lk\]"):
+        torch.ops.wedlm_cpu.one_query_attention(q[:, :, :1], cache, cache, 0.2, torch.tensor([[1, 2]], dtype=torch.int32))
+    with pytest.raises(RuntimeError, match=r"caches \[S, Hkv, D\]"):
+        torch.ops.wedlm_cpu.window_attention(q, cache[None], cache[None], None, 0.2, torch.tensor([[1, 2]]))
+
+
 _VARIANT_CHECK = r"""
 import sys, torch, torch.nn.functional as F
 from torch.utils import cpp_extension

@@ -24,6 +24,8 @@ call its operators (`fast_model.use_native_ops`):
   over 100-1000 keys.
 * `torch.ops.wedlm_cpu.window_attention`: every other step's attention (a window of queries, or a
   prefill, with its mask), 0.44-0.71x SDPA's time for the shipped model's shapes.
+  Both read the keys and values in place in the paged KV cache through the step's slot table
+  (`slots`), where SDPA needs them gathered into a [B, Hkv, Lk, D] copy first.
 
 Without a compiler or with a failed build `load()` returns False, logs why once, and compiled
 graphs keep torch's kernels (the Python oneDNN operator, BLAS, SDPA; same tokens).
@@ -116,11 +118,11 @@ def _one_row_mm_fake(x, weight_t):
     return x.new_empty((1, weight_t.shape[1]))
 
 
-def _one_query_attention_fake(q, k, v, scale):
+def _one_query_attention_fake(q, k, v, scale, slots=None):
     return q.new_empty(q.shape)
 
 
-def _window_attention_fake(q, k, v, mask, scale):
+def _window_attention_fake(q, k, v, mask, scale, slots=None):
     # the kernel's output is laid out [B, Lq, Hq, D] and returned as its [B, Hq, Lq, D] transpose
     batch, heads, queries, dim = q.shape
     return q.new_empty((batch, queries, heads, dim)).transpose(1, 2)

@@ -222,14 +222,14 @@ class PagedAttention:
         k_cache, v_cache = self.kv_cache.flat(layer_idx)
         k_cache.index_copy_(0, self.slot_mapping, k.to(k_cache.dtype))
         v_cache.index_copy_(0, self.slot_mapping, v.to(v_cache.dtype))
-        keys = _rows(k_cache, self.kv_slots).transpose(1, 2)  # [B, Hkv, max_kv, D]
-        values = _rows(v_cache, self.kv_slots).transpose(1, 2)
         if self.q_index is None:
             queries = q.unsqueeze(0)  # [1, T, Hq, D]
         else:
             queries = _rows(q, self.q_index)  # [B, max_q, Hq, D]
-        out = _cpu_kernel_attention(queries.transpose(1, 2), keys, values, self.mask, scale)
+        out = _cpu_kernel_attention(queries.transpose(1, 2), k_cache, v_cache, self.kv_slots, self.mask, scale)
         if out is None:
+            keys = _rows(k_cache, self.kv_slots).transpose(1, 2)  # [B, Hkv, max_kv, D]
+            values = _rows(v_cache, self.kv_slots).transpose(1, 2)
             out = sdpa(queries.transpose(1, 2), keys.to(queries.dtype), values.to(queries.dtype), self.mask,
                        False, scale)
         out = out.transpose(1, 2)  # [B, max_q, Hq, D]
@@ -240,9 +240,12 @@ class PagedAttention:
 
 # Kernels that compiled CPU graphs run instead of SDPA for float32 paged attention; the engine
 # installs its C++ operators here (`engine/native.py`, `use_cpu_attention`), None keeps SDPA.
-# `one_query`: one query per head over exactly the sequence's keys, no mask (the batch-1 `ar`
-# step): q [B, Hq, 1, D], k/v [B, Hkv, Lk, D], scale -> [B, Hq, 1, D]. `window`: any other step,
-# with its mask: q [B, Hq, Lq, D], k/v, bool mask [B or 1, 1, Lq, Lk] or None, scale -> [B, Hq, Lq, D].
+# Both read the keys and values in place in the layer's paged caches k/v [S, Hkv, D] through the
+# slot table slots int64 [B, Lk] (key j of sequence b is cache row slots[b, j]), with no gathered
+# [B, Hkv, Lk, D] copy. `one_query`: one query per head over exactly the sequence's keys, no mask
+# (the batch-1 `ar` step): q [B, Hq, 1, D], k, v, scale, slots -> [B, Hq, 1, D]. `window`: any other
+# step, with its mask: q [B, Hq, Lq, D], k, v, bool mask [B or 1, 1, Lq, Lk] or None, scale, slots
+# -> [B, Hq, Lq, D].
 _cpu_attention: dict = {"one_query": None, "window": None}
 
 
@@ -252,17 +255,17 @@ def use_cpu_attention(one_query=None, window=None) -> None:
     _cpu_attention["one_query"], _cpu_attention["window"] = one_query, window
 
 
-def _cpu_kernel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-                          scale: float) -> torch.Tensor | None:
+def _cpu_kernel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor,
+                          mask: torch.Tensor | None, scale: float) -> torch.Tensor | None:
     """The installed C++ kernel's attention (`use_cpu_attention`) for a compiled float32 CPU graph,
-    else None (SDPA). q [B, Hq, Lq, D], k/v [B, Hkv, Lk, D]."""
+    else None (SDPA). q [B, Hq, Lq, D], k/v the paged caches [S, Hkv, D], slots int64 [B, Lk]."""
     if not (torch.compiler.is_compiling() and q.device.type == "cpu" and q.dtype == k.dtype == torch.float32):
         return None
     # a symbolic size is never 1 (torch specialises 1): only the one-query graph tests true
     if mask is None and q.shape[2] == 1 and _cpu_attention["one_query"] is not None:
-        return _cpu_attention["one_query"](q, k, v, scale)
+        return _cpu_attention["one_query"](q, k, v, scale, slots)
     if _cpu_attention["window"] is not None:
-        return _cpu_attention["window"](q, k, v, mask, scale)
+        return _cpu_attention["window"](q, k, v, mask, scale, slots)
     return None
 
 

@@ -38,26 +38,27 @@ inline float dot(const float* a, const float* b, int64_t D) {
   return s;
 }
 
-// out[0 : 16 V] = inv * sum_j p[j] v[j * row : j * row + 16 V]; the V accumulators stay in registers.
+// out[0 : 16 V] = inv * sum_j p[j] v_j[0 : 16 V] (v_j: value row j of sequence b, KV head g); the
+// V accumulators stay in registers.
 template <int V>
-inline void weighted_row(const float* p, const float* v, int64_t row, int64_t keys, float inv, float* out) {
+inline void weighted_row(const float* p, const KeyView& v, int64_t b, int64_t g, int64_t keys, float inv, float* out) {
   v16 acc[V];
   for (int u = 0; u < V; ++u) acc[u] = v16{};
-  for (int64_t j = 0; j < keys; ++j, v += row)
-    for (int u = 0; u < V; ++u) acc[u] += p[j] * *(const v16*)(v + u * LANES);
+  for (int64_t j = 0; j < keys; ++j) {
+    const float* vj = v.at(b, g, j);
+    for (int u = 0; u < V; ++u) acc[u] += p[j] * *(const v16*)(vj + u * LANES);
+  }
   for (int u = 0; u < V; ++u) *(v16*)(out + u * LANES) = acc[u] * inv;
 }
 
 // Query head h of sequence b: out[0:D].
-WEDLM_CLONES void attend_one(const HeadView& q, const HeadView& k, const HeadView& v, int64_t keys, int64_t dim,
+WEDLM_CLONES void attend_one(const HeadView& q, const KeyView& k, const KeyView& v, int64_t keys, int64_t dim,
                              int64_t group, int64_t b, int64_t h, float scale, float* scores, float* out) {
   const int64_t g = h / group;
   const float* qh = q.data + b * q.batch + h * q.head;
-  const float* kb = k.data + b * k.batch + g * k.head;
-  const float* vb = v.data + b * v.batch + g * v.head;
   float top = -__builtin_inff();
   for (int64_t j = 0; j < keys; ++j) {
-    const float s = scale * dot(qh, kb + j * k.row, dim);
+    const float s = scale * dot(qh, k.at(b, g, j), dim);
     scores[j] = s;
     top = s > top ? s : top;
   }
@@ -77,27 +78,34 @@ WEDLM_CLONES void attend_one(const HeadView& q, const HeadView& k, const HeadVie
   }
   const float inv = 1.0f / total;
   switch (dim) {
-    case 16: return weighted_row<1>(scores, vb, v.row, keys, inv, out);
-    case 32: return weighted_row<2>(scores, vb, v.row, keys, inv, out);
-    case 48: return weighted_row<3>(scores, vb, v.row, keys, inv, out);
-    case 64: return weighted_row<4>(scores, vb, v.row, keys, inv, out);
-    case 128: return weighted_row<8>(scores, vb, v.row, keys, inv, out);
+    case 16: return weighted_row<1>(scores, v, b, g, keys, inv, out);
+    case 32: return weighted_row<2>(scores, v, b, g, keys, inv, out);
+    case 48: return weighted_row<3>(scores, v, b, g, keys, inv, out);
+    case 64: return weighted_row<4>(scores, v, b, g, keys, inv, out);
+    case 128: return weighted_row<8>(scores, v, b, g, keys, inv, out);
     default: break;
   }
   for (int64_t d = 0; d < dim; ++d) out[d] = 0.f;
-  for (int64_t j = 0; j < keys; ++j)
-    for (int64_t d = 0; d < dim; ++d) out[d] += scores[j] * vb[j * v.row + d];
+  for (int64_t j = 0; j < keys; ++j) {
+    const float* vj = v.at(b, g, j);
+    for (int64_t d = 0; d < dim; ++d) out[d] += scores[j] * vj[d];
+  }
   for (int64_t d = 0; d < dim; ++d) out[d] *= inv;
 }
 
-// q [B, Hq, 1, D], k/v [B, Hkv, Lk, D] with Lk >= 1 (any strides, last dimension contiguous).
-// Returns [B, Hq, 1, D], contiguous.
-at::Tensor one_query_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
-  check_qkv("one_query_attention", q, k, v);
-  TORCH_CHECK(q.size(2) == 1 && k.size(2) >= 1, "one_query_attention: q must be [B, Hq, 1, D] and k, v hold Lk >= 1 keys");
-  const int64_t B = q.size(0), Hq = q.size(1), D = q.size(3), Hkv = k.size(1), Lk = k.size(2);
+// q [B, Hq, 1, D], k/v [B, Hkv, Lk, D] with Lk >= 1 (any strides, last dimension contiguous), or
+// with `slots` int64 [B, Lk] the paged caches [S, Hkv, D] whose rows slots[b] are sequence b's
+// keys and values (`heads.h`, `KeyView`: read in place, no gathered copy). Returns [B, Hq, 1, D],
+// contiguous.
+at::Tensor one_query_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale,
+                               const std::optional<at::Tensor>& slots) {
+  const auto kv = check_qkv("one_query_attention", q, k, v, slots);
+  TORCH_CHECK(q.size(2) == 1 && kv[2] >= 1, "one_query_attention: q must be [B, Hq, 1, D] and k, v hold Lk >= 1 keys");
+  const int64_t B = q.size(0), Hq = q.size(1), D = q.size(3), Hkv = kv[1], Lk = kv[2];
   at::Tensor out = at::empty({B, Hq, 1, D}, q.options());
-  const HeadView qs(q), ks(k), vs(v);
+  const bool paged = slots.has_value() && slots->defined();
+  const HeadView qs(q);
+  const KeyView ks = paged ? KeyView(k, *slots) : KeyView(k), vs = paged ? KeyView(v, *slots) : KeyView(v);
   float* o = out.data_ptr<float>();
   at::parallel_for(0, B * Hq, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores((Lk + LANES - 1) / LANES * LANES);
@@ -109,6 +117,8 @@ at::Tensor one_query_attention(const at::Tensor& q, const at::Tensor& k, const a
 
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(wedlm_cpu, m) { m.def("one_query_attention(Tensor q, Tensor k, Tensor v, float scale) -> Tensor"); }
+TORCH_LIBRARY_FRAGMENT(wedlm_cpu, m) {
+  m.def("one_query_attention(Tensor q, Tensor k, Tensor v, float scale, Tensor? slots=None) -> Tensor");
+}
 
 TORCH_LIBRARY_IMPL(wedlm_cpu, CPU, m) { m.impl("one_query_attention", one_query_attention); }

@@ -29,12 +29,13 @@ using namespace wedlm_simd;
 // dest[l][0 : 16 V] = inv[l] * sum_j p[j * 16 + l] v[j] for l < n (p: the score columns, 16 apart);
 // the 8 x V accumulators stay in registers.
 template <int V>
-inline void weighted_values(const float* p, const float* vb, int64_t row, int64_t span, int64_t n, const float* inv,
+inline void weighted_values(const float* p, const float* const* vrows, int64_t span, int64_t n, const float* inv,
                             float* const* dest) {
   v16 acc[8][V];
   for (int l = 0; l < 8; ++l)
     for (int u = 0; u < V; ++u) acc[l][u] = v16{};
-  for (int64_t j = 0; j < span; ++j, p += LANES, vb += row) {
+  for (int64_t j = 0; j < span; ++j, p += LANES) {
+    const float* vb = vrows[j];
     for (int u = 0; u < V; ++u) {
       const v16 vv = *(const v16*)(vb + u * LANES);
       for (int l = 0; l < 8; ++l) acc[l][u] += p[l] * vv;
@@ -46,9 +47,10 @@ inline void weighted_values(const float* p, const float* vb, int64_t row, int64_
 
 // One (sequence b, KV head g) and one tile of up to 16 of its query rows (row r = head offset *
 // Lq + query), whose heads all read KV head g.
-WEDLM_CLONES void attend_tile(const HeadView& q, const HeadView& k, const HeadView& v, const bool* mask, int64_t mask_b,
+WEDLM_CLONES void attend_tile(const HeadView& q, const KeyView& k, const KeyView& v, const bool* mask, int64_t mask_b,
                               int64_t Lq, int64_t Lk, int64_t D, int64_t group, int64_t b, int64_t g, int64_t r0,
-                              int64_t rows, float scale, float* st, float* qt, float* out, int64_t Hq) {
+                              int64_t rows, float scale, float* st, float* qt, const float** krows, const float** vrows,
+                              float* out, int64_t Hq) {
   const float neg_inf = -std::numeric_limits<float>::infinity();
   // qt[d][lane] = q of row r0 + lane (zeros in unused lanes)
   for (int64_t d = 0; d < D; ++d)
@@ -74,15 +76,18 @@ WEDLM_CLONES void attend_tile(const HeadView& q, const HeadView& k, const HeadVi
     endv[l] = static_cast<float>(e);
     span = e > span ? e : span;
   }
+  // where each key and value row of the span lies (in place in a paged cache, or in a [B, Hkv, Lk, D] view)
+  for (int64_t j = 0; j < span; ++j) {
+    krows[j] = k.at(b, g, j);
+    vrows[j] = v.at(b, g, j);
+  }
   // scores, one 16-row column per key: st[j][lane]
-  const float* kb = k.data + b * k.batch + g * k.head;
   v16 top = splat(neg_inf);
-  const float* kj = kb;
   int64_t j = 0;
   // four keys at a time: each load of a query column feeds four independent FMA chains
-  for (; j + 4 <= span; j += 4, kj += 4 * k.row) {
+  for (; j + 4 <= span; j += 4) {
     v16 s0{}, s1{}, s2{}, s3{};
-    const float *k0 = kj, *k1 = kj + k.row, *k2 = kj + 2 * k.row, *k3 = kj + 3 * k.row;
+    const float *k0 = krows[j], *k1 = krows[j + 1], *k2 = krows[j + 2], *k3 = krows[j + 3];
     for (int64_t d = 0; d < D; ++d) {
       const v16 qd = *(const v16*)(qt + d * LANES);
       s0 += k0[d] * qd;
@@ -98,7 +103,8 @@ WEDLM_CLONES void attend_tile(const HeadView& q, const HeadView& k, const HeadVi
       top = x > top ? x : top;
     }
   }
-  for (; j < span; ++j, kj += k.row) {
+  for (; j < span; ++j) {
+    const float* kj = krows[j];
     v16 s0{};
     for (int64_t d = 0; d < D; ++d) s0 += kj[d] * *(const v16*)(qt + d * LANES);
     v16 x = s0 * scale;
@@ -130,7 +136,6 @@ WEDLM_CLONES void attend_tile(const HeadView& q, const HeadView& k, const HeadVi
     total += p;
   }
   // weighted values, 8 rows at a time: out[row] = sum_j p[j][row] v[j] / total[row]
-  const float* vb = v.data + b * v.batch + g * v.head;
   for (int64_t l0 = 0; l0 < rows; l0 += 8) {
     const int64_t n = rows - l0 < 8 ? rows - l0 : 8;
     float* dest[8];
@@ -141,17 +146,17 @@ WEDLM_CLONES void attend_tile(const HeadView& q, const HeadView& k, const HeadVi
       inv[l] = total[l0 + l] > 0.f ? 1.0f / total[l0 + l] : 0.f;
     }
     switch (D) {
-      case 16: weighted_values<1>(st + l0, vb, v.row, span, n, inv, dest); break;
-      case 32: weighted_values<2>(st + l0, vb, v.row, span, n, inv, dest); break;
-      case 48: weighted_values<3>(st + l0, vb, v.row, span, n, inv, dest); break;
-      case 64: weighted_values<4>(st + l0, vb, v.row, span, n, inv, dest); break;
+      case 16: weighted_values<1>(st + l0, vrows, span, n, inv, dest); break;
+      case 32: weighted_values<2>(st + l0, vrows, span, n, inv, dest); break;
+      case 48: weighted_values<3>(st + l0, vrows, span, n, inv, dest); break;
+      case 64: weighted_values<4>(st + l0, vrows, span, n, inv, dest); break;
       default:
         for (int64_t l = 0; l < n; ++l) {
           float* o = dest[l];
           for (int64_t d = 0; d < D; ++d) o[d] = 0.f;
           for (int64_t j = 0; j < span; ++j) {
             const float p = st[j * LANES + l0 + l];
-            const float* vj = vb + j * v.row;
+            const float* vj = vrows[j];
             for (int64_t d = 0; d < D; ++d) o[d] += p * vj[d];
           }
           for (int64_t d = 0; d < D; ++d) o[d] *= inv[l];
@@ -160,12 +165,14 @@ WEDLM_CLONES void attend_tile(const HeadView& q, const HeadView& k, const HeadVi
   }
 }
 
-// q [B, Hq, Lq, D], k/v [B, Hkv, Lk, D] (last dimension contiguous), mask bool [B or 1, 1, Lq, Lk]
-// or none. Returns [B, Hq, Lq, D] laid out [B, Lq, Hq, D] (its transpose(1, 2) is contiguous).
+// q [B, Hq, Lq, D], k/v [B, Hkv, Lk, D] (last dimension contiguous) or, with `slots` int64 [B, Lk],
+// the paged caches [S, Hkv, D] whose rows slots[b] are sequence b's keys and values (read in place,
+// `KeyView`), mask bool [B or 1, 1, Lq, Lk] or none. Returns [B, Hq, Lq, D] laid out [B, Lq, Hq, D]
+// (its transpose(1, 2) is contiguous).
 at::Tensor window_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            const std::optional<at::Tensor>& mask, double scale) {
-  check_qkv("window_attention", q, k, v);
-  const int64_t B = q.size(0), Hq = q.size(1), Lq = q.size(2), D = q.size(3), Hkv = k.size(1), Lk = k.size(2);
+                            const std::optional<at::Tensor>& mask, double scale, const std::optional<at::Tensor>& slots) {
+  const auto kvs = check_qkv("window_attention", q, k, v, slots);
+  const int64_t B = q.size(0), Hq = q.size(1), Lq = q.size(2), D = q.size(3), Hkv = kvs[1], Lk = kvs[2];
   at::Tensor flat_mask;
   int64_t mask_b = 0;
   if (mask.has_value() && mask->defined()) {
@@ -176,17 +183,20 @@ at::Tensor window_attention(const at::Tensor& q, const at::Tensor& k, const at::
     mask_b = mask->size(0) == 1 ? 0 : Lq * Lk;
   }
   at::Tensor out = at::empty({B, Lq, Hq, D}, q.options());
-  const HeadView qv(q), kv(k), vv(v);
+  const bool paged = slots.has_value() && slots->defined();
+  const HeadView qv(q);
+  const KeyView kv = paged ? KeyView(k, *slots) : KeyView(k), vv = paged ? KeyView(v, *slots) : KeyView(v);
   const bool* m = flat_mask.defined() ? flat_mask.data_ptr<bool>() : nullptr;
   const int64_t group = Hq / Hkv, rows = group * Lq, tiles = (rows + LANES - 1) / LANES;
   float* o = out.data_ptr<float>();
   at::parallel_for(0, B * Hkv * tiles, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> st(Lk * LANES + LANES), qt(D * LANES);
+    std::vector<const float*> krows(Lk), vrows(Lk);
     for (int64_t t = begin; t < end; ++t) {
       const int64_t tile = t % tiles, bg = t / tiles, b = bg / Hkv, g = bg % Hkv;
       const int64_t r0 = tile * LANES, n = rows - r0 < LANES ? rows - r0 : LANES;
       attend_tile(qv, kv, vv, m, mask_b, Lq, Lk, D, group, b, g, r0, n, static_cast<float>(scale), st.data(),
-                  qt.data(), o, Hq);
+                  qt.data(), krows.data(), vrows.data(), o, Hq);
     }
   });
   return out.transpose(1, 2);
@@ -195,7 +205,7 @@ at::Tensor window_attention(const at::Tensor& q, const at::Tensor& k, const at::
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(wedlm_cpu, m) {
-  m.def("window_attention(Tensor q, Tensor k, Tensor v, Tensor? mask, float scale) -> Tensor");
+  m.def("window_attention(Tensor q, Tensor k, Tensor v, Tensor? mask, float scale, Tensor? slots=None) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(wedlm_cpu, CPU, m) { m.impl("window_attention", window_attention); }
