@@ -138,7 +138,6 @@ class CompiledForward:
         # of `forward_logits` (`_own_copy`: its own code object, so its own dynamo cache), whose
         # graphs only ever see this engine's model. For the same reason the guards on the KV
         # cache's tensors go too (`_guards_kept`): the runner passes its one KV cache every call.
-        guards = _guards_kept
         # A CPU step calls its graph directly once dynamo has compiled it (`_DirectCall`): dynamo's
         # frame, its bytecode fetching ~130 tensors and the graph's call wrappers cost ~0.25 ms a
         # step, a tenth of a 16-slot step of the shipped model and a quarter of a one-token one.
@@ -147,7 +146,7 @@ class CompiledForward:
         self._options = options
         backend = self._compile_graph if self._direct is not None else "inductor"
         self._compiled = torch.compile(_own_copy(forward_logits), dynamic=True, backend=backend,
-                                       options={**(options if backend == "inductor" else {}), "guard_filter_fn": guards})
+                                       options={**(options if backend == "inductor" else {}), "guard_filter_fn": _guards_kept})
         self._graphed = None
         for t in [*kv_tensors, *weights]:  # fixed shapes: no symbolic sizes to collide with the step's sizes
             torch._dynamo.mark_static(t)
@@ -271,13 +270,15 @@ def _guards_kept(entries: list) -> list[bool]:
     (fixed sizes, marked static, the same tensors in every call of one engine: 7 guards each,
     112 of the shipped model's ~170)."""
     keep = torch.compiler.skip_guard_on_all_nn_modules_unsafe(entries)
-    return [k and not e.name.startswith("attn.kv_cache") for k, e in zip(keep, entries)]  # L['attn'].kv_cache...
+    # an entry's name is its source without the frame's L[...]: "attn.kv_cache.k[0]"
+    return [k and not e.name.startswith("attn.kv_cache") for k, e in zip(keep, entries)]
 
 
 class _Graph:
-    """One graph compiled by a `CompiledForward`'s backend: inductor's callable `fn` (called with
-    the list of graph inputs) and each input's dynamo `GraphArg` (its source: where dynamo's
-    bytecode reads it from the call's arguments). Each call is reported to the owner (`_learn`)."""
+    """One graph compiled by a `CompiledForward`'s backend: inductor's callable `fn` (called, as
+    dynamo calls it, with the graph's inputs as arguments) and each input's dynamo `GraphArg` (its
+    source: where dynamo's bytecode reads it from the call's arguments). Each call through dynamo
+    is reported to the owner (`_ran`, read by `_learn`)."""
 
     def __init__(self, owner: CompiledForward, fn, graph_args: list) -> None:
         # a weak reference: dynamo's cache (which holds this graph) lives as long as the compiled
