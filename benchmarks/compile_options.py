@@ -24,7 +24,8 @@ while its graphs are traced); `custom-op` the Python kernel registered by `torch
 `torch.compiler.set_stance(skip_guard_eval_unsafe=True)` once warm (only the guards that tell
 the cached graphs apart are checked; not safe for an engine, measured to know what guards cost);
 `gathered-kv` feeds the attention kernels a gathered copy of the step's keys and values, as
-SDPA needs, instead of the paged caches and the slot table; `no-direct` sends every call of the shipped engine through dynamo (no `compiled._DirectCall`);
+SDPA needs, instead of the paged caches and the slot table; `no-direct` sends every call of the
+shipped engine through dynamo (no `compiled._DirectCall`);
 `module-guards` keeps dynamo's guards on the model's modules, which the engine drops
 (`torch.compiler.skip_guard_on_all_nn_modules_unsafe`; safe for a code object that sees one model).
 

@@ -516,7 +516,7 @@ def _matmuls(model: QwenForCausalLM) -> list[tuple[nn.Module, torch.Tensor]]:
 def plain_weights(model: QwenForCausalLM) -> list[torch.Tensor]:
     """The matmul weights of an `optimize_for_inference`d model that are plain tensors, not
     parameters: fused q/k/v (and bias) and gate/up weights, `precast_for_autocast` copies,
-    `use_transposed_gemv` copies."""
+    `use_transposed_gemv` copies and `use_panel_weights` panels."""
     found = []
     for module in model.modules():
         for name in ("qkv_weight", "qkv_bias", "gate_up_weight", "weight16", "bias16", "weight_t", "weight_panels"):

@@ -35,6 +35,12 @@ struct KeyView {
   }
 };
 
+// `t` (k or v, checked by `key_shape`) as a `KeyView`: read through `slots` when given, else as a
+// [B, Hkv, Lk, D] tensor.
+inline KeyView key_view(const at::Tensor& t, const std::optional<at::Tensor>& slots) {
+  return slots.has_value() && slots->defined() ? KeyView(t, *slots) : KeyView(t);
+}
+
 // k and v as `KeyView`s: [B, Hkv, Lk, D] tensors (`slots` none), or caches [S, Hkv, D] (float32,
 // the head dimension contiguous, the same shape) read through `slots` (int64 [B, Lk], contiguous,
 // every entry in 0..S-1); errors name the operator. Returns (B, Hkv, Lk, D) of the keys.

@@ -103,9 +103,8 @@ at::Tensor one_query_attention(const at::Tensor& q, const at::Tensor& k, const a
   TORCH_CHECK(q.size(2) == 1 && kv[2] >= 1, "one_query_attention: q must be [B, Hq, 1, D] and k, v hold Lk >= 1 keys");
   const int64_t B = q.size(0), Hq = q.size(1), D = q.size(3), Hkv = kv[1], Lk = kv[2];
   at::Tensor out = at::empty({B, Hq, 1, D}, q.options());
-  const bool paged = slots.has_value() && slots->defined();
   const HeadView qs(q);
-  const KeyView ks = paged ? KeyView(k, *slots) : KeyView(k), vs = paged ? KeyView(v, *slots) : KeyView(v);
+  const KeyView ks = key_view(k, slots), vs = key_view(v, slots);
   float* o = out.data_ptr<float>();
   at::parallel_for(0, B * Hq, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores((Lk + LANES - 1) / LANES * LANES);

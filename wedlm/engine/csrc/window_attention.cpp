@@ -183,9 +183,8 @@ at::Tensor window_attention(const at::Tensor& q, const at::Tensor& k, const at::
     mask_b = mask->size(0) == 1 ? 0 : Lq * Lk;
   }
   at::Tensor out = at::empty({B, Lq, Hq, D}, q.options());
-  const bool paged = slots.has_value() && slots->defined();
   const HeadView qv(q);
-  const KeyView kv = paged ? KeyView(k, *slots) : KeyView(k), vv = paged ? KeyView(v, *slots) : KeyView(v);
+  const KeyView kv = key_view(k, slots), vv = key_view(v, slots);
   const bool* m = flat_mask.defined() ? flat_mask.data_ptr<bool>() : nullptr;
   const int64_t group = Hq / Hkv, rows = group * Lq, tiles = (rows + LANES - 1) / LANES;
   float* o = out.data_ptr<float>();
