@@ -53,3 +53,48 @@ def test_batch_argmax_draws_equal_per_window_draws():
         assert draw_rows(probs, rows, greedy, None, scores) == draw(probs[rows], greedy, None)
     assert batch.argmax(3, 4) == [20]
     assert batch.argmax(0, 9) == torch.softmax(logits, -1).argmax(-1).tolist()
+
+
+def test_estimated_scores_take_the_exact_decisions():
+    """With the C++ estimate (`SoftmaxRows(..., estimate=True)`) the fill decisions (which masks
+    pass tau, the argmin) are those of the exact scores: the estimate decides when every score is
+    clear of tau (probs None), and the exact path runs when one is within the tolerance (tau set
+    to an exact score itself) or when the argmin is a near tie (two equal rows, no penalty)."""
+    import pytest
+
+    from wedlm.engine.decoders.fill import below_tau
+    from wedlm.engine.fast_model import use_native_ops
+
+    if not use_native_ops():
+        pytest.skip("the engine's C++ operators did not build")
+    gen = torch.Generator().manual_seed(2)
+    logits = torch.cat([s * torch.randn(8, 500, generator=gen) for s in (1.0, 4.0, 12.0, 40.0)])
+    logits[:, 7] = float("-inf")
+    logits[27] = logits[26]  # equal rows: equal entropies
+    exact_rows, estimated = SoftmaxRows(logits), SoftmaxRows(logits, estimate=True)
+
+    def both(params, start):
+        dist, rows = range(8), logits[start:start + 8]
+        return (fill_scores(rows, params, dist, RowScores(exact_rows, start, start + 8)),
+                fill_scores(rows, params, dist, RowScores(estimated, start, start + 8)))
+
+    decided = calls = 0
+    for start in range(0, 25, 4):
+        on_tau = both(SamplingParams(temperature=0.0, wedlm_pos_penalty_factor=0.02,
+                                     wedlm_entropy_threshold=None), start)[0][1]
+        for tau in (None, 0.0, 0.15, 0.5, 2.0, float(on_tau[3]), float(on_tau[5]) + 3e-6):
+            for fallback, lam in (("leftmost", 0.02), ("argmin", 0.02), ("argmin", 0.0)):
+                params = SamplingParams(temperature=0.0, wedlm_pos_penalty_factor=lam,
+                                        wedlm_entropy_threshold=tau, wedlm_fallback=fallback)
+                want, got = both(params, start)
+                assert below_tau(got[1], tau) == below_tau(want[1], tau)
+                assert int(got[1].argmin()) == int(want[1].argmin())
+                assert torch.allclose(got[1], want[1], rtol=1e-5, atol=1e-5)
+                calls += 1
+                decided += got[0] is None
+                if lam and tau is not None and (want[1] - tau).abs().min() < 1e-5:
+                    assert got[0] is not None  # too close to call: the exact path
+        tied = SamplingParams(temperature=0.0, wedlm_pos_penalty_factor=0.0, wedlm_entropy_threshold=None)
+        assert (both(tied, start)[1][0] is None) == (start < 19)  # windows from 20 hold both equal rows
+    assert calls == 147 and decided >= 110  # the estimate decides most windows
+    assert estimated.argmax(0, 32) == exact_rows.argmax(0, 32)

@@ -340,6 +340,10 @@ want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.2, enable
 assert (torch.ops.wedlm_cpu.window_attention(q, k, v, mask, 0.2) - want).abs().max() < 2e-6
 want = F.scaled_dot_product_attention(q[:, :, :1], k, v, scale=0.2, enable_gqa=True)
 assert (torch.ops.wedlm_cpu.one_query_attention(q[:, :, :1].contiguous(), k, v, 0.2) - want).abs().max() < 2e-6
+logits = 3 * torch.randn(5, 4099, generator=gen)
+probs = torch.softmax(logits, -1)
+h, ids = torch.ops.wedlm_cpu.greedy_scores(logits, 1e-5)
+assert (h + (probs * probs.log()).sum(-1)).abs().max() < 1e-5 and ids.tolist() == probs.argmax(-1).tolist()
 print("ok")
 """
 
@@ -368,3 +372,51 @@ def test_few_rows_mm_of_one_row_is_one_row_mm(cpp_op, n, k):
     with torch.inference_mode():
         got = torch.ops.wedlm_cpu.few_rows_mm(x, pack_panels(w), n, None)
         assert torch.equal(got, torch.ops.wedlm_cpu.one_row_mm(x, w.t().contiguous()))
+
+
+def _torch_scores(logits):
+    """The exact path: torch's float32 softmax, its entropy and the argmax of the probabilities."""
+    from wedlm.engine.sampling import entropy
+
+    probs = torch.softmax(logits, -1)
+    return entropy(probs), probs.argmax(-1)
+
+
+@pytest.mark.parametrize("vocab", [17, 4096, 4099, 49152])
+def test_greedy_scores_are_torchs_entropy_within_the_fill_tolerance(cpp_op, vocab):
+    """Entropies within a tenth of the tolerance the fill rule decides by (`fill.ENTROPY_ATOL` /
+    `ENTROPY_RTOL`), from flat to one-hot rows, [MASK]-banned columns included; every argmax id
+    the kernel gives is the probabilities' argmax."""
+    from wedlm.engine.decoders.fill import ENTROPY_ATOL, ENTROPY_RTOL
+
+    gen = torch.Generator().manual_seed(vocab)
+    for scale in (0.01, 1.0, 3.0, 10.0, 100.0, 1e4):
+        logits = scale * torch.randn(12, vocab, generator=gen)
+        logits[:, 3] = float("-inf")
+        logits[0, 5] = logits[0].max() + 30  # one-hot in float32
+        h, ids = torch.ops.wedlm_cpu.greedy_scores(logits, 1e-5)
+        want_h, want_ids = _torch_scores(logits)
+        assert h.dtype == torch.float32 and ids.dtype == torch.int64 and h.shape == ids.shape == (12,)
+        assert ((h - want_h).abs() <= 0.1 * (ENTROPY_ATOL + ENTROPY_RTOL * want_h)).all(), (scale, h - want_h)
+        assert ((ids == want_ids) | (ids == -1)).all() and (ids != -1).sum() >= 11
+
+
+def test_greedy_scores_flag_rows_they_cannot_vouch_for(cpp_op):
+    """-1 (the caller computes the probabilities) where a second logit lies within `tie` of the
+    maximum, where the maximum is repeated, and in rows with a NaN or no finite logit (entropy
+    NaN); a logit farther than `tie` from the maximum is not near."""
+    logits = torch.zeros(7, 100)
+    logits[:, 50] = 10.0
+    logits[1, 20] = 10.0 - 5e-6  # near: a second maximum after rounding
+    logits[2, 60] = 10.0  # repeated maximum
+    logits[3, 7] = float("nan")
+    logits[4] = float("-inf")
+    logits[5, 0] = float("inf")
+    logits[6, 99] = 10.0 - 1e-3  # far enough
+    h, ids = torch.ops.wedlm_cpu.greedy_scores(logits, 1e-5)
+    assert ids.tolist() == [50, -1, -1, -1, -1, -1, 50]
+    assert [x != x for x in h.tolist()] == [False, False, False, True, True, True, False]
+    assert torch.ops.wedlm_cpu.greedy_scores(logits[1:2], 1e-6)[1].tolist() == [50]  # a tie below the gap
+    with pytest.raises(RuntimeError, match="float32"):
+        torch.ops.wedlm_cpu.greedy_scores(logits.double(), 1e-5)
+    assert torch.ops.wedlm_cpu.greedy_scores(torch.zeros(0, 100), 1e-5)[0].shape == (0,)

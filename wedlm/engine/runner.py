@@ -200,7 +200,7 @@ class ModelRunner:
                                  self.mask_token_id, self.autocast)
         logits = logits[:batch.num_rows]
         ids = argmax[:batch.num_rows].tolist()
-        batch_scores = SoftmaxRows(logits)
+        batch_scores = SoftmaxRows(logits, estimate=self.native_ops)
         out, start = [], 0
         for item in items:
             n = len(item.logit_rows)

@@ -15,6 +15,7 @@ W `wedlm_window_size` (`SamplingParams` documents the public names).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence as Seq
 
 import torch
@@ -23,30 +24,62 @@ from ..sampling import RowScores, entropy, probabilities, sample
 from ..sampling_params import SamplingParams
 
 
+# An entropy estimate (`sampling.SoftmaxRows.estimate`) and the exact float32 entropy are each
+# within ~1e-6 + 3e-6 * H nats of the true value (csrc/greedy_scores.cpp). The estimate decides a
+# fill only where every adjusted score is farther from tau than this tolerance (`math.isclose`'s
+# rule) and, when the argmin may be asked for, the smallest is farther than twice it from every
+# other score: the decisions are then those of the exact scores. Otherwise the exact path runs.
+ENTROPY_RTOL, ENTROPY_ATOL = 2e-5, 1e-5
+
+
 def fill_scores(logits: torch.Tensor, params: SamplingParams, distances: Seq[int],
-                scores: RowScores | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                scores: RowScores | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
     """Probabilities and distance-adjusted entropies of mask predictions (Eq. 11).
 
     Args:
         logits: float [n, V] predictions at n masks ([MASK] already -inf: the runner bans it).
         params: the request's (resolved) sampling parameters: temperature, top-k/top-p,
-            `wedlm_pos_penalty_factor` (lambda).
+            `wedlm_pos_penalty_factor` (lambda), tau and the fallback.
         distances: d_i for each row, in slots from the leftmost mask (>= 0).
         scores: the same rows' softmax and entropy, computed for the whole batch at once
             (`sampling.SoftmaxRows`); used for greedy requests, whose distribution is plain
             softmax. None = compute them here from `logits` (the reference; same values).
 
     Returns:
-        (probs float32 [n, V] under the request's sampling settings,
-         adjusted float32 [n] = entropy in nats + lambda * d_i).
+        (probs float32 [n, V] under the request's sampling settings, or None for a greedy
+         request whose `scores` estimate decides (its draws are `scores.argmax()`),
+         adjusted float32 [n] = entropy in nats + lambda * d_i). Every decision the callers
+         take from `adjusted` (`below_tau`, its argmin) is that of the exact scores.
     """
+    lam = params.wedlm_pos_penalty_factor
     if scores is not None and params.greedy:
+        estimate = scores.estimate()
+        if estimate is not None:
+            adjusted = [h + lam * d for h, d in zip(estimate, distances)]
+            if _decides(adjusted, params):
+                return None, torch.tensor(adjusted, dtype=torch.float32)
         probs, ent = scores.get()
     else:
         probs = probabilities(logits, params)
         ent = entropy(probs)
     dist = torch.tensor(list(distances), dtype=torch.float32, device=probs.device)
-    return probs, ent + params.wedlm_pos_penalty_factor * dist
+    return probs, ent + lam * dist
+
+
+def _decides(adjusted: list[float], params: SamplingParams) -> bool:
+    """Whether the exact scores take the decisions these do (`ENTROPY_RTOL`, `ENTROPY_ATOL`):
+    each farther than the tolerance from tau, and, when none passes and the fill may take the
+    argmin, the smallest farther than twice the tolerance from every other. A NaN never decides."""
+    if any(a != a for a in adjusted):
+        return False
+    tau = params.wedlm_entropy_threshold
+    if tau is not None:
+        if any(math.isclose(a, tau, rel_tol=ENTROPY_RTOL, abs_tol=ENTROPY_ATOL) for a in adjusted):
+            return False
+        if params.wedlm_fallback == "leftmost" or any(a < tau for a in adjusted):
+            return True
+    low = min(adjusted, default=0.0)
+    return sum(math.isclose(a, low, rel_tol=2 * ENTROPY_RTOL, abs_tol=2 * ENTROPY_ATOL) for a in adjusted) == 1
 
 
 def below_tau(adjusted: torch.Tensor, tau: float | None) -> list[bool]:
