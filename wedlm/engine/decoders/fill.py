@@ -23,7 +23,6 @@ import torch
 from ..sampling import RowScores, entropy, probabilities, sample
 from ..sampling_params import SamplingParams
 
-
 # An entropy estimate (`sampling.SoftmaxRows.estimate`) and the exact float32 entropy are each
 # within ~1e-6 + 3e-6 * H nats of the true value (csrc/greedy_scores.cpp). The estimate decides a
 # fill only where every adjusted score is farther from tau than this tolerance (`math.isclose`'s
