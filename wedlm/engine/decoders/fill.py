@@ -32,7 +32,7 @@ ENTROPY_RTOL, ENTROPY_ATOL = 2e-5, 1e-5
 
 
 def fill_scores(logits: torch.Tensor, params: SamplingParams, distances: Seq[int],
-                scores: RowScores | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
+                scores: RowScores | None = None) -> tuple[torch.Tensor | None, torch.Tensor | list[float]]:
     """Probabilities and distance-adjusted entropies of mask predictions (Eq. 11).
 
     Args:
@@ -47,8 +47,9 @@ def fill_scores(logits: torch.Tensor, params: SamplingParams, distances: Seq[int
     Returns:
         (probs float32 [n, V] under the request's sampling settings, or None for a greedy
          request whose `scores` estimate decides (its draws are `scores.argmax()`),
-         adjusted float32 [n] = entropy in nats + lambda * d_i). Every decision the callers
-         take from `adjusted` (`below_tau`, its argmin) is that of the exact scores.
+         adjusted float32 [n] = entropy in nats + lambda * d_i, or those n scores from the
+         estimate as a list). Every decision the callers take from `adjusted` (`below_tau`,
+         `argmin`) is that of the exact scores.
     """
     lam = params.wedlm_pos_penalty_factor
     if scores is not None and params.greedy:
@@ -56,7 +57,7 @@ def fill_scores(logits: torch.Tensor, params: SamplingParams, distances: Seq[int
         if estimate is not None:
             adjusted = [h + lam * d for h, d in zip(estimate, distances)]
             if _decides(adjusted, params):
-                return None, torch.tensor(adjusted, dtype=torch.float32)
+                return None, adjusted
         probs, ent = scores.get()
     else:
         probs = probabilities(logits, params)
@@ -81,11 +82,21 @@ def _decides(adjusted: list[float], params: SamplingParams) -> bool:
     return sum(math.isclose(a, low, rel_tol=2 * ENTROPY_RTOL, abs_tol=2 * ENTROPY_ATOL) for a in adjusted) == 1
 
 
-def below_tau(adjusted: torch.Tensor, tau: float | None) -> list[bool]:
-    """adjusted[i] < tau for each row; all False when tau is None (fill by argmin only)."""
+def below_tau(adjusted: torch.Tensor | list[float], tau: float | None) -> list[bool]:
+    """adjusted[i] < tau for each row (`fill_scores`' scores); all False when tau is None (fill by
+    argmin only)."""
     if tau is None:
-        return [False] * adjusted.shape[0]
+        return [False] * len(adjusted)
+    if isinstance(adjusted, list):
+        return [a < tau for a in adjusted]
     return (adjusted < tau).tolist()
+
+
+def argmin(adjusted: torch.Tensor | list[float]) -> int:
+    """The first row of the smallest score (`fill_scores`' scores)."""
+    if isinstance(adjusted, list):
+        return adjusted.index(min(adjusted))
+    return int(adjusted.argmin())
 
 
 def draw(probs: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> list[int]:

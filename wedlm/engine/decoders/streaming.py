@@ -44,7 +44,7 @@ from ..request import Sequence
 from ..sampling import RowScores
 from .base import Decoder, StepResult, WindowPlan
 from .constrain import fill_in_order
-from .fill import below_tau, draw_rows, fill_scores
+from .fill import argmin, below_tau, draw_rows, fill_scores
 
 
 def plan_filled_first(seq: Sequence, mask_id: int, leftmost_from_ar: bool = False) -> WindowPlan:
@@ -104,7 +104,7 @@ def fill_masks(seq: Sequence, slots: list[int], logits: torch.Tensor, scores: Ro
     tau = params.wedlm_entropy_threshold
     chosen = [j for j, ok in enumerate(below_tau(adjusted, tau)) if ok]
     if not chosen:
-        chosen = [0] if tau is not None and params.wedlm_fallback == "leftmost" else [int(adjusted.argmin())]
+        chosen = [0] if tau is not None and params.wedlm_fallback == "leftmost" else [argmin(adjusted)]
     if ar_first and chosen[0] != 0:  # the rule as usual (row 0 scored from the AR row), plus slot 0
         chosen = [0] + chosen
     in_run = ar_first and params.wedlm_stop_in_run
