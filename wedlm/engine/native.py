@@ -26,6 +26,9 @@ call its operators (`fast_model.use_native_ops`):
   prefill, with its mask), 0.44-0.71x SDPA's time for the shipped model's shapes.
   Both read the keys and values in place in the paged KV cache through the step's slot table
   (`slots`), where SDPA needs them gathered into a [B, Hkv, Lk, D] copy first.
+* `torch.ops.wedlm_cpu.greedy_scores`: each logit row's softmax entropy and first maximum in two
+  passes, for the fill rule of greedy requests (`sampling.SoftmaxRows`, called by the decoders,
+  not by graphs); `decoders.fill` decides with it only where the exact entropy would decide alike.
 
 Without a compiler or with a failed build `load()` returns False, logs why once, and compiled
 graphs keep torch's kernels (the Python oneDNN operator, BLAS, SDPA; same tokens).
