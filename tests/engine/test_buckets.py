@@ -24,3 +24,16 @@ def test_step_shape():
     assert StepShape.of(tokens=1, batch=1, queries=1, keys=600, rows=0) == StepShape(1, 1, 1, 640, 1)
     assert StepShape.of(tokens=2, batch=2, queries=1, keys=1, rows=2) == StepShape(2, 2, 1, 64, 2)
     assert StepShape.of(tokens=3, batch=3, queries=1, keys=70, rows=3) == StepShape(4, 4, 1, 128, 4)
+
+
+def test_step_shape_exact_keys_and_rows():
+    """`exact` (a CPU graph on column panels): keys and logit rows as they are, at least 2; rows past
+    FEW_ROWS_MAX are bucketed as before; tokens, batch and queries, and the one-token step, as before."""
+    from wedlm.engine.buckets import FEW_ROWS_MAX
+
+    assert StepShape.of(16, 1, 16, 150, 13, exact=True) == StepShape(16, 1, 16, 150, 13)
+    assert StepShape.of(17, 1, 17, 530, 0, exact=True) == StepShape(24, 1, 24, 530, 2)
+    assert StepShape.of(2, 2, 1, 1, 1, exact=True) == StepShape(2, 2, 1, 2, 2)
+    assert StepShape.of(300, 30, 10, 700, FEW_ROWS_MAX, exact=True).rows == FEW_ROWS_MAX
+    assert StepShape.of(300, 30, 10, 700, FEW_ROWS_MAX + 1, exact=True).rows == 320
+    assert StepShape.of(1, 1, 1, 600, 1, exact=True) == StepShape.of(1, 1, 1, 600, 1) == StepShape(1, 1, 1, 640, 1)

@@ -13,6 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 KEY_BUCKET = 64  # keys per sequence are padded to a multiple of this
+# The most rows a compiled CPU matmul runs on column panels (`fast_model`'s few-rows rule, where
+# the measurements are) and the most logit rows `StepShape.of(..., exact=True)` leaves unpadded:
+# beyond it oneDNN runs them, which keeps a primitive per row count.
+FEW_ROWS_MAX = 256
 
 
 def bucket(n: int, smallest: int = 2) -> int:
@@ -57,7 +61,7 @@ class StepShape:
     rows: int
 
     @classmethod
-    def of(cls, tokens: int, batch: int, queries: int, keys: int, rows: int) -> StepShape:
+    def of(cls, tokens: int, batch: int, queries: int, keys: int, rows: int, exact: bool = False) -> StepShape:
         """Bucket the real sizes (`rows` may be 0: a prefill chunk still gets a bucket of rows).
         Batch and queries keep a bucket of 1, so a run compiles at most four graphs: batch 1 or
         more, one query per sequence or more. The batch-1, one-query step (`ar` at batch 1) is
@@ -65,8 +69,17 @@ class StepShape:
         anyway, so its tokens and rows stay 1 at no extra graph: a one-row matmul runs BLAS's
         matrix-vector kernel, which a padded second row turns into a slower matrix-matrix one
         (compiled one-slot forward over 512 cached tokens, random 29M / 158M shapes, fp32:
-        14.7 / 71.7 ms padded, 10.6 / 38.9 ms with one token; docs/engine.md, "oneDNN matmuls")."""
+        14.7 / 71.7 ms padded, 10.6 / 38.9 ms with one token; docs/engine.md, "oneDNN matmuls").
+
+        `exact`: keys and logit rows up to `FEW_ROWS_MAX` stay as they are (at least 2), for a
+        graph that is dynamic in both and whose kernels take any count (a CPU graph over the
+        engine's C++ operators, its matmuls on column panels): padded logit rows are lm_head rows
+        computed for nothing, padded keys attention work (a batch-1 `wedlm` answer of 300
+        numbers took 0.96-0.97x the time unpadded, same tokens, one graph)."""
         b, q = bucket(batch, 1), bucket(queries, 1)
         if b == 1 and q == 1:
             return cls(1, 1, 1, key_bucket(keys), 1)
+        if exact:
+            return cls(bucket(tokens), b, q, max(keys, 2),
+                       max(rows, 2) if rows <= FEW_ROWS_MAX else bucket(rows))
         return cls(bucket(tokens), b, q, key_bucket(keys), bucket(max(rows, 1)))

@@ -45,7 +45,7 @@ from ..model.attention import use_cpu_attention
 from ..model.layers import RMSNorm, SwiGLU, apply_rope
 from ..model.qwen import Attention, QwenForCausalLM
 from . import native
-from .buckets import bucket
+from .buckets import FEW_ROWS_MAX, bucket
 
 # Float32 matmuls with at least this many input rows go through oneDNN under `use_onednn_linear`;
 # fewer rows stay with F.linear (BLAS's matrix-vector kernels were faster there: on a Zen 4 core,
@@ -68,14 +68,13 @@ PACKED_MIN_MACS = 1 << 19
 # (540 MB of matmul weights, a 113 MB tied lm_head) decoded batch-1 `ar` in 35.1 ms per token with
 # the copies against 48.4 without (compiled, one Zen 4 thread, same tokens; docs/experiments.md).
 TRANSPOSED_GEMV_MAX_BYTES = 2 << 30
-# Compiled graphs with the C++ operators run the matmuls of 1 to FEW_ROWS_MAX rows by
-# `wedlm_cpu::few_rows_mm` on a copy of the weight in 64-column panels (`pack_panels`): register
+# Compiled graphs with the C++ operators run the matmuls of 1 to FEW_ROWS_MAX (defined in
+# `buckets.py`, whose unpadded row counts stop there too) rows by `wedlm_cpu::few_rows_mm` on a copy of the weight in 64-column panels (`pack_panels`): register
 # tiles at the core's FMA rate, no fixed cost per call. On a Zen 4 core (one thread,
 # `python benchmarks/cpu_matmul.py`), the shipped model's matmuls (8 layers, each its own weights,
 # + lm_head) took 0.62 ms against prepacked oneDNN's 1.76 at 2 rows, 1.61 against 2.39 at 16, 3.32
 # against 4.21 at 38 and 9.97 against 10.97 at 128, 1.04x less at 512; SmolLM2-135M's (K = 576 and
 # 1536) 1.21x less at 16 rows, 1.03x at 256, even at 512, where its lm_head ran 0.98-0.99x.
-FEW_ROWS_MAX = 256
 # `use_panel_weights` costs one more copy of the matmul weights; models whose float32 matmul
 # weights are larger than this keep oneDNN for few rows.
 PANELS_MAX_BYTES = 2 << 30

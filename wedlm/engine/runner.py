@@ -173,7 +173,8 @@ class ModelRunner:
             max_q, max_kv = max(max_q, n), max(max_kv, item.context_len + n)
         num_rows, pad = len(rows), None
         if self.compiled is not None and offset > 0:
-            shape = StepShape.of(offset, len(items), max_q, max_kv, num_rows)
+            # keys and logit rows unpadded where the matmuls run on column panels (`StepShape.of`)
+            shape = StepShape.of(offset, len(items), max_q, max_kv, num_rows, exact=self.panel_weights)
             # one token of one sequence on a CPU (no CUDA graph wants a fixed key count): built
             # unpadded, as in eager mode, so SDPA runs over exactly the real keys with no mask
             # (docs/engine.md, "Compiled forward")
