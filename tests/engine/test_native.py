@@ -420,3 +420,32 @@ def test_greedy_scores_flag_rows_they_cannot_vouch_for(cpp_op):
     with pytest.raises(RuntimeError, match="float32"):
         torch.ops.wedlm_cpu.greedy_scores(logits.double(), 1e-5)
     assert torch.ops.wedlm_cpu.greedy_scores(torch.zeros(0, 100), 1e-5)[0].shape == (0,)
+
+
+def test_each_graph_operator_matches_its_shape_function(cpp_op):
+    """Compiled CPU graphs run without inductor's size asserts (`CompiledForward`): each operator a
+    graph calls must give the sizes, strides and dtype its registered shape function promises
+    (`torch.library.opcheck`'s fake-tensor check), on the shapes the engine passes."""
+    gen = torch.Generator().manual_seed(5)
+    w, b = torch.randn(160, 96, generator=gen), torch.randn(160, generator=gen)
+    packed, key = pack_weight(w)  # oneDNN's copy, found by its key (kept alive for the test)
+    panels = pack_panels(w)
+    q_heads, kv_heads, dim = 4, 2, 48
+    k_cache, v_cache = (torch.randn(90, kv_heads, dim, generator=gen) for _ in range(2))
+    slots = torch.stack([torch.randperm(90, generator=gen)[:40] for _ in range(2)])
+    q = torch.randn(2, 16, q_heads, dim, generator=gen).transpose(1, 2)
+    mask = _causal_mask(2, 16, 40, [24, 24])
+    cases = [
+        (torch.ops.wedlm_cpu.linear.default, (torch.randn(16, 96, generator=gen), w, b, panels, key,
+                                              PACKED_MIN_MACS, ONEDNN_MIN_ROWS, FEW_ROWS_MAX)),
+        (torch.ops.wedlm_cpu.linear.default, (torch.randn(300, 96, generator=gen), w, None, None, key,
+                                              PACKED_MIN_MACS, ONEDNN_MIN_ROWS, FEW_ROWS_MAX)),
+        (torch.ops.wedlm_cpu.few_rows_mm.default, (torch.randn(13, 96, generator=gen), panels, 160, b)),
+        (torch.ops.wedlm_cpu.one_row_mm.default, (torch.randn(1, 96, generator=gen), w.t().contiguous())),
+        (torch.ops.wedlm_cpu.one_query_attention.default, (q[:, :, :1].contiguous(), k_cache, v_cache, 0.2, slots)),
+        (torch.ops.wedlm_cpu.window_attention.default, (q, k_cache, v_cache, mask, 0.2, slots)),
+        (torch.ops.wedlm_cpu.window_attention.default, (q[:1], k_cache[slots[0]][None].transpose(1, 2),
+                                                        v_cache[slots[0]][None].transpose(1, 2), mask[:1], 0.2)),
+    ]
+    for op, args in cases:
+        assert torch.library.opcheck(op, args, test_utils="test_faketensor") == {"test_faketensor": "SUCCESS"}

@@ -129,7 +129,13 @@ class CompiledForward:
         # On a CPU the graph's calling code is generated as C++ (inductor's `cpp_wrapper`): a
         # one-token step of the shipped model spends ~0.2 ms in the Python wrapper otherwise
         # (docs/engine.md, "Compiled forward" and docs/experiments.md, "C++ wrapper"); compiling a graph takes longer instead.
-        options = {"cpp_wrapper": True} if device.type == "cpu" and not collectives else {}
+        # Its size asserts (each input's and each C++ operator's output's sizes and strides checked
+        # on every call, ~130 checks a step) are off: dynamo's guards check the step's inputs, the
+        # model's and KV cache's tensors never change in an engine, and `test_native.py` checks
+        # each operator's output against its registered shape function (`torch.library.opcheck`).
+        # A batch-1 `wedlm` answer took 0.96x the time without them (same tokens).
+        options = ({"cpp_wrapper": True, "size_asserts": False} if device.type == "cpu" and not collectives
+                   else {})
         # Dynamo checks a graph's guards before every call; most of them re-check the model's
         # modules (their types, flags, int attributes), which an engine never changes after it
         # is built. They are dropped (`skip_guard_on_all_nn_modules_unsafe`): the batch-1 step
