@@ -290,8 +290,10 @@ def _kv_slots(seqs: list[SequenceSlice], total: list[int], batch: int, keys: int
         # contiguous but a compiled graph's guards tell apart, one graph per stride
         slots = slots[:, :keys].copy()
     for row, n in zip(slots, total):
-        row[n:] = fill
-    slots[len(seqs):] = fill
+        if n < keys:  # padded keys (none when keys are exact, as for a batch of one on a CPU)
+            row[n:] = fill
+    if len(seqs) < batch:
+        slots[len(seqs):] = fill
     return slots
 
 
@@ -326,7 +328,9 @@ def _causal_on_cache(ctx: np.ndarray, qlen: np.ndarray, max_q: int, max_kv: int,
     """
     if device.type == "cpu":
         key, q_off = _arange(max_kv), _arange(max_q)[:, None]
-        visible = (key <= ctx[:, None, None] + q_off) | (q_off >= qlen[:, None, None])
+        visible = key <= ctx[:, None, None] + q_off
+        if qlen.min() < max_q:  # padded query rows
+            visible |= q_off >= qlen[:, None, None]
         return torch.from_numpy(visible[:, None])
     key = torch.arange(max_kv, device=device)[None, None, :]  # [1, 1, K]
     q_off = torch.arange(max_q, device=device)[None, :, None]  # [1, Q, 1]
