@@ -5,8 +5,9 @@
 //
 // With m the row's maximum, d_i = x_i - m <= 0, e_i = exp(d_i), Z = sum e_i and S = sum e_i d_i,
 // the entropy is log Z - S / Z. The exponentials are the ~1 ulp polynomial of `simd.h`, and d_i
-// is clamped at -87 (e^-87 ~ 1.6e-38: -inf logits add nothing measurable and no inf * 0). Z and S accumulate in float32 lanes over chunks of 1024
-// values (16 terms a lane, all of one sign), in double across chunks. Error against the true
+// is clamped at -87 (e^-87 ~ 1.6e-38: -inf logits add nothing measurable and no inf * 0). Z and S
+// accumulate in float32 lanes over chunks of 1024 values (16 terms a lane, all of one sign), in
+// double across chunks. Error against the true
 // entropy H: each term is off by a few float32 roundings (~2^-24 each, relative) and each lane sum
 // by at most 16 more, so S is within ~2e-6 relative and Z within ~1e-6 absolute (the lane holding
 // e^0 = 1 rounds at 2^-24 per term) plus ~2e-6 relative: the entropy is within ~1e-6 + 2e-6 * H
@@ -135,7 +136,7 @@ std::tuple<at::Tensor, at::Tensor> greedy_scores(const at::Tensor& logits, doubl
         ap[r] = -1;
         continue;
       }
-      // the largest float32 at or below m - tie: every value within tie of m counts as near
+      // a float32 just below m - tie: every value within tie of m counts as near
       const float near = std::nextafter(static_cast<float>(static_cast<double>(m) - tie),
                                         -std::numeric_limits<float>::infinity());
       double z = 0.0, s = 0.0;
