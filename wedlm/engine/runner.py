@@ -13,7 +13,8 @@ With `enforce_eager=False` the forward is `compiled.CompiledForward` and every
 size of the step is padded up to a shape bucket (`buckets.py`): padded tokens
 write their K/V into a scratch block past the engine's blocks (`pad_slot`) and
 are nobody's query; padded logit rows are dropped. Eager runs unpadded, and so does a
-compiled CPU step of one token of one sequence (`ar` at batch 1: its keys too, with no mask).
+compiled CPU step of one token of one sequence (`ar` at batch 1: its keys too, with no mask);
+a compiled CPU step whose matmuls run on column panels pads neither keys nor logit rows.
 """
 
 from __future__ import annotations
