@@ -279,22 +279,21 @@ def _kv_slots(seqs: list[SequenceSlice], total: list[int], batch: int, keys: int
               fill: int) -> np.ndarray:
     """int64 [batch, keys]: `block_table[p // block_size] * block_size + p % block_size` for key p
     of sequence b while p < total[b], else `fill` (padded keys and padded sequences)."""
-    n_blocks = -(-keys // block_size)
-    tables = np.zeros((batch, n_blocks), np.int64)
-    for i, s in enumerate(seqs):
-        row = s.block_table[:n_blocks]
-        tables[i, :len(row)] = row
-    slots = (tables[:, :, None] * block_size + _arange(block_size)).reshape(batch, -1)
-    if slots.shape[1] != keys:
-        # a copy, not a view: a [1, keys] view keeps its parent's row stride, which numpy calls
-        # contiguous but a compiled graph's guards tell apart, one graph per stride
-        slots = slots[:, :keys].copy()
-    for row, n in zip(slots, total):
-        if n < keys:  # padded keys (none when keys are exact, as for a batch of one on a CPU)
-            row[n:] = fill
-    if len(seqs) < batch:
-        slots[len(seqs):] = fill
+    slots = np.full((batch, keys), fill, np.int64)
+    for i, (s, n) in enumerate(zip(seqs, total)):
+        slots[i, :n] = _table_slots(tuple(s.block_table[:-(-n // block_size)]), block_size)[:n]
     return slots
+
+
+@functools.lru_cache(maxsize=128)
+def _table_slots(table: tuple[int, ...], block_size: int) -> np.ndarray:
+    """The cache row of every position a block table covers, int64 [len(table) * block_size]
+    (read-only, shared). A sequence's table changes once per `block_size` tokens, so most steps
+    find it here: two numpy calls a sequence instead of six (each several microseconds in the
+    caches a forward leaves cold)."""
+    out = (np.array(table, np.int64)[:, None] * block_size + _arange(block_size)).reshape(-1)
+    out.flags.writeable = False
+    return out
 
 
 def _query_indices(qlen: np.ndarray, num_tokens: int, tokens: int, queries: int) -> tuple[np.ndarray, np.ndarray]:
@@ -310,9 +309,14 @@ def _query_indices(qlen: np.ndarray, num_tokens: int, tokens: int, queries: int)
     return q_index, t_index
 
 
-@functools.lru_cache(maxsize=64)
 def _arange(n: int) -> np.ndarray:
-    """A shared read-only np.arange(n) (int64): the build's index vectors, made once per size."""
+    """A read-only np.arange(n) (int64): a view of a shared one of the next power-of-two length,
+    so that key counts that change every step (unpadded keys) still find it made."""
+    return _arange_pow2(1 << max(n - 1, 0).bit_length())[:n]
+
+
+@functools.lru_cache(maxsize=64)
+def _arange_pow2(n: int) -> np.ndarray:
     out = np.arange(n, dtype=np.int64)
     out.flags.writeable = False
     return out
