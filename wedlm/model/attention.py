@@ -285,12 +285,12 @@ def _kv_slots(seqs: list[SequenceSlice], total: list[int], batch: int, keys: int
     return slots
 
 
-@functools.lru_cache(maxsize=128)
+@functools.lru_cache(maxsize=32)
 def _table_slots(table: tuple[int, ...], block_size: int) -> np.ndarray:
     """The cache row of every position a block table covers, int64 [len(table) * block_size]
-    (read-only, shared). A sequence's table changes once per `block_size` tokens, so most steps
-    find it here: two numpy calls a sequence instead of six (each several microseconds in the
-    caches a forward leaves cold)."""
+    (read-only, shared). A sequence's table changes once per `block_size` tokens, so at small
+    batches most steps find it here: two numpy calls a sequence instead of six (each several
+    microseconds in the caches a forward leaves cold). 32 tables of up to 8 bytes a position."""
     out = (np.array(table, np.int64)[:, None] * block_size + _arange(block_size)).reshape(-1)
     out.flags.writeable = False
     return out
