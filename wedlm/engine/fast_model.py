@@ -68,9 +68,10 @@ PACKED_MIN_MACS = 1 << 19
 # (540 MB of matmul weights, a 113 MB tied lm_head) decoded batch-1 `ar` in 35.1 ms per token with
 # the copies against 48.4 without (compiled, one Zen 4 thread, same tokens; docs/experiments.md).
 TRANSPOSED_GEMV_MAX_BYTES = 2 << 30
-# Compiled graphs with the C++ operators run the matmuls of 1 to FEW_ROWS_MAX (defined in
-# `buckets.py`, whose unpadded row counts stop there too) rows by `wedlm_cpu::few_rows_mm` on a copy of the weight in 64-column panels (`pack_panels`): register
-# tiles at the core's FMA rate, no fixed cost per call. On a Zen 4 core (one thread,
+# Compiled graphs with the C++ operators run the matmuls of 1 to FEW_ROWS_MAX rows (defined in
+# `buckets.py`, whose unpadded row counts stop there too) by `wedlm_cpu::few_rows_mm` on a copy
+# of the weight in 64-column panels (`pack_panels`): register tiles at the core's FMA rate, no
+# fixed cost per call. On a Zen 4 core (one thread,
 # `python benchmarks/cpu_matmul.py`), the shipped model's matmuls (8 layers, each its own weights,
 # + lm_head) took 0.62 ms against prepacked oneDNN's 1.76 at 2 rows, 1.61 against 2.39 at 16, 3.32
 # against 4.21 at 38 and 9.97 against 10.97 at 128, 1.04x less at 512; SmolLM2-135M's (K = 576 and

@@ -7,14 +7,14 @@
 // the entropy is log Z - S / Z. The exponentials are the ~1 ulp polynomial of `simd.h`, and d_i
 // is clamped at -87 (e^-87 ~ 1.6e-38: -inf logits add nothing measurable and no inf * 0). Z and S
 // accumulate in float32 lanes over chunks of 1024 values (16 terms a lane, all of one sign), in
-// double across chunks. Error against the true
-// entropy H: each term is off by a few float32 roundings (~2^-24 each, relative) and each lane sum
-// by at most 16 more, so S is within ~2e-6 relative and Z within ~1e-6 absolute (the lane holding
-// e^0 = 1 rounds at 2^-24 per term) plus ~2e-6 relative: the entropy is within ~1e-6 + 2e-6 * H
-// nats, for any vocabulary size. torch's float32 softmax-and-entropy is within ~3e-7 + 1.3e-6 * H
-// (a few roundings a term, cascade sums). The callers decide only where a score is farther than
-// `decoders.fill.ENTROPY_RTOL` / `ENTROPY_ATOL` (2e-5 relative, 1e-5 absolute: ~3x the two
-// bounds together) from a threshold, and take torch's path otherwise.
+// double across chunks. Error against the true entropy H: each term is off by a few float32
+// roundings (~2^-24 each, relative) and each lane sum by at most 16 more, so S is within ~2e-6
+// relative and Z within ~1e-6 absolute (the lane holding e^0 = 1 rounds at 2^-24 per term) plus
+// ~2e-6 relative: the entropy is within ~1e-6 + 2e-6 * H nats, for any vocabulary size. torch's
+// float32 softmax-and-entropy is within ~3e-7 + 1.3e-6 * H (a few roundings a term, cascade
+// sums). The callers decide only where a score is farther than `decoders.fill.ENTROPY_RTOL` /
+// `ENTROPY_ATOL` (2e-5 relative, 1e-5 absolute: ~3x the two bounds together) from a threshold,
+// and take torch's path otherwise.
 //
 // The index is -1 where torch's argmax over softmax probabilities could differ from the first
 // maximum of the logits: a row with NaN or a non-finite maximum, or a second logit within
