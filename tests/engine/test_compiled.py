@@ -65,6 +65,42 @@ def test_known_steps_call_their_graph_without_dynamo(make_llm, compiled_llm):
     assert len(compiled._direct) == compiled.graphs == 4
 
 
+def test_direct_calls_run_the_generated_code(compiled_llm):
+    """A direct call runs the graph's generated code itself (`_generated_call`), without
+    AOTAutograd's runtime wrappers, once it gave the wrapped call's outputs; a count of inputs
+    other than the graph's finds no code, and outputs that differ keep the wrapped call."""
+    import torch
+
+    from wedlm.engine.compiled import _generated_call
+
+    compiled = compiled_llm.engine.runner.compiled
+    generate(compiled_llm, 10)
+    assert compiled._direct and len(compiled._direct) == compiled.graphs
+    for direct in compiled._direct:
+        n = len(direct.graph.graph_args)
+        assert direct.call is _generated_call(direct.graph.fn, n) is not None
+        assert _generated_call(direct.graph.fn, n + 1) is None
+    frames = []
+    original = compiled._learn
+    compiled._learn = lambda frame, logits, argmax: frames.append((frame, logits, argmax))
+    kept, compiled._direct = compiled._direct, []
+    try:
+        generate(compiled_llm, 2)  # through dynamo now: the frames and outputs of its graphs
+    finally:
+        compiled._learn, compiled._direct = original, kept
+    frame, logits, argmax = frames[-1]
+    with torch.inference_mode():  # the guards check grad mode too
+        direct = next(d for d in kept if d.guard_manager.check(frame))
+        assert direct.call_generated_code(frame, (logits, argmax))
+        wrong = logits.clone()
+        wrong[0, 0] += 1
+        before = direct.call
+        direct.call = lambda args: direct.graph.fn(*args)
+        assert not direct.call_generated_code(frame, (wrong, argmax))
+        assert direct.call is not before
+        assert direct.call_generated_code(frame, (logits, argmax)) and direct.call is before
+
+
 def test_direct_call_reads_plain_sources_only():
     """`_DirectCall.of` rebuilds a graph's inputs from their dynamo sources: the model's and the KV
     cache's once, the step's at each call; any other kind of source keeps dynamo."""
