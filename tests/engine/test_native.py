@@ -149,6 +149,44 @@ def test_pack_panels_lays_out_64_column_panels():
     assert torch.equal(got[192:].view(3, 16), w[64:].t())
 
 
+def test_huge_page_tensors_start_on_a_huge_page(monkeypatch):
+    """`huge_page_tensor`: numel elements of the dtype, writable, on a 2 MB boundary where the
+    system can be asked for huge pages; small or without `MADV_HUGEPAGE`, an ordinary tensor."""
+    import mmap
+
+    from wedlm.engine.fast_model import HUGE_PAGE, huge_page_tensor
+
+    for numel, dtype in [(HUGE_PAGE // 4 + 5, torch.float32), (3 * HUGE_PAGE // 2, torch.bfloat16)]:
+        t = huge_page_tensor(numel, dtype)
+        assert t.shape == (numel,) and t.dtype == dtype and t.is_contiguous()
+        t.fill_(2)
+        assert t.sum(dtype=torch.float64).item() == 2 * numel
+        if hasattr(mmap, "MADV_HUGEPAGE"):
+            assert t.data_ptr() % HUGE_PAGE == 0
+    assert huge_page_tensor(100).shape == (100,)
+    monkeypatch.delattr(mmap, "MADV_HUGEPAGE", raising=False)
+    assert huge_page_tensor(HUGE_PAGE).shape == (HUGE_PAGE,)
+
+
+def test_panel_weights_share_one_block_of_memory(tiny_path):
+    """`use_panel_weights` gives every matmul its `pack_panels` copy, all of them views into one
+    `huge_page_tensor` block, one after another."""
+    from wedlm.engine.fast_model import _matmuls, optimize_for_inference, use_onednn_linear, use_panel_weights
+    from wedlm.model import load_model
+
+    model = optimize_for_inference(load_model(str(tiny_path)))
+    use_onednn_linear(model)
+    assert use_native_ops() and use_panel_weights(model)
+    matmuls = _matmuls(model)
+    first = matmuls[0][0].weight_panels
+    offset = 0
+    for module, weight in matmuls:
+        assert torch.equal(module.weight_panels, pack_panels(weight))
+        assert module.weight_panels.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
+        assert module.weight_panels.data_ptr() == first.data_ptr() + 4 * offset
+        offset += weight.numel()
+
+
 def test_a_key_does_not_keep_its_packed_weight_alive(cpp_op):
     """The C++ table holds weak references, like `fast_model._PACKED`: once the owner drops the
     packed tensor it is freed, and the key falls back to the unpacked rule."""
