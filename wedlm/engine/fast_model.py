@@ -551,13 +551,18 @@ def _matmuls(model: QwenForCausalLM) -> list[tuple[nn.Module, torch.Tensor]]:
 def plain_weights(model: QwenForCausalLM) -> list[torch.Tensor]:
     """The matmul weights of an `optimize_for_inference`d model that are plain tensors, not
     parameters: fused q/k/v (and bias) and gate/up weights, `precast_for_autocast` copies,
-    `use_transposed_gemv` copies and `use_panel_weights` panels."""
+    `use_transposed_gemv` copies and `use_panel_weights` panels, with the block of memory the
+    panels are views into."""
     found = []
     for module in model.modules():
         for name in ("qkv_weight", "qkv_bias", "gate_up_weight", "weight16", "bias16", "weight_t", "weight_panels"):
             t = getattr(module, name, None)
             if isinstance(t, torch.Tensor) and not isinstance(t, nn.Parameter):
                 found.append(t)
+                # the panels are views into one block (`use_panel_weights`): dynamo reads the block's
+                # size too, a symbolic size guarded on every call unless the block is marked static
+                if t._base is not None and all(t._base is not f for f in found):
+                    found.append(t._base)
     return found
 
 
