@@ -182,22 +182,25 @@ def test_compile_toolchain_of_this_machine():
 
 
 def test_compile_cache_dir(monkeypatch, tmp_path):
-    """TORCHINDUCTOR_CACHE_DIR wins; else the engine's cache folder, exported to torch."""
+    """TORCHINDUCTOR_CACHE_DIR wins; else the engine's cache folder, one per version of the C++
+    operators' sources (a cached graph calls them with their schema of then), exported to torch."""
+    from wedlm.engine import native
     from wedlm.engine.compiled import compile_cache_dir
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
     assert compile_cache_dir() == tmp_path / "mine"
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
     monkeypatch.setenv("WEDLM_CACHE", str(tmp_path / "wedlm"))
-    assert compile_cache_dir() == tmp_path / "wedlm" / "torch-compile"
+    ours = tmp_path / "wedlm" / "torch-compile" / native.sources_digest()[:12]
+    assert compile_cache_dir() == ours
     import os
 
-    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "wedlm" / "torch-compile")
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(ours)
     # importing dynamo exports torch's own default (a folder under /tmp): that is not a choice
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default_cache_dir())
-    assert compile_cache_dir() == tmp_path / "wedlm" / "torch-compile"
+    assert compile_cache_dir() == ours
 
 
 def test_plain_weights_are_static_and_settings_are_restored(compiled_llm):
@@ -308,7 +311,7 @@ def test_two_compiled_engines_keep_their_own_models(ckpt_factory, monkeypatch):
 def test_batch1_one_query_step_on_a_cpu_has_exact_keys_and_no_mask(compiled_llm):
     """A compiled CPU step of one token of one sequence pads nothing: its keys are exactly the
     cached rows plus the new one (no multiple of 64) and it carries no mask, as eager mode; a
-    window step keeps its buckets and its mask."""
+    window step keeps its buckets and its causal mask (as prefix lengths for the C++ kernel)."""
     from wedlm.engine.runner import ForwardItem
 
     runner = compiled_llm.engine.runner
@@ -320,5 +323,9 @@ def test_batch1_one_query_step_on_a_cpu_has_exact_keys_and_no_mask(compiled_llm)
     assert prepared.input_ids.tolist() == [7] and prepared.logit_rows.tolist() == [0]
     window = ForwardItem([7, 3, 3], [70, 71, 72], list(range(20)), context_len=70, logit_rows=[0, 1, 2])
     padded = runner.prepare([window])
-    assert padded.attn.mask is not None and tuple(padded.attn.kv_slots.shape) == (1, 128)
+    assert tuple(padded.attn.kv_slots.shape) == (1, 128)
+    if runner.key_ends:
+        assert padded.attn.mask is None and padded.attn.key_ends.tolist() == [[71, 72, 73, 128]]
+    else:
+        assert padded.attn.mask is not None and padded.attn.key_ends is None
     assert padded.input_ids.shape[0] == 4

@@ -315,6 +315,30 @@ def test_window_attention_is_sdpa(cpp_op, batch, q_heads, kv_heads, queries, key
         assert (got - want).abs().max().item() <= 2e-6
 
 
+@pytest.mark.parametrize("batch,queries,keys,padded", [(1, 16, 70, 0), (2, 5, 33, 2), (1, 3, 3, 1)])
+def test_window_attention_takes_the_causal_mask_as_key_ends(cpp_op, batch, queries, keys, padded):
+    """`key_ends` [B, Lq] (query i of sequence b sees keys 0..key_ends[b, i]-1) stands for the mask
+    whose rows are those prefixes, padded query rows seeing every key: the mask's output bit for
+    bit, from the paged caches too; a mask and key_ends together, or ends of another shape, refused."""
+    gen = torch.Generator().manual_seed(batch * 10 + queries)
+    q = torch.randn(batch, queries, 4, 48, generator=gen).transpose(1, 2)
+    k_cache, v_cache = torch.randn(90, 2, 48, generator=gen), torch.randn(90, 2, 48, generator=gen)
+    slots = torch.stack([torch.randperm(90, generator=gen)[:keys] for _ in range(batch)])
+    context = [keys - queries] + [max(0, keys - queries - 4)] * (batch - 1)
+    mask = _causal_mask(batch, queries, keys, context).clone()
+    ends = torch.tensor(context)[:, None] + torch.arange(1, queries + 1)
+    if padded:  # the last sequence's last query rows are padding: they see every key
+        mask[-1, :, queries - padded:] = True
+        ends[-1, queries - padded:] = keys
+    want = torch.ops.wedlm_cpu.window_attention(q, k_cache, v_cache, mask, 0.2, slots)
+    got = torch.ops.wedlm_cpu.window_attention(q, k_cache, v_cache, None, 0.2, slots, ends)
+    assert torch.equal(got, want)
+    with pytest.raises(RuntimeError, match="give a mask or key_ends, not both"):
+        torch.ops.wedlm_cpu.window_attention(q, k_cache, v_cache, mask, 0.2, slots, ends)
+    with pytest.raises(RuntimeError, match=r"key_ends must be int64 \[B, Lq\]"):
+        torch.ops.wedlm_cpu.window_attention(q, k_cache, v_cache, None, 0.2, slots, ends[:, :-1])
+
+
 def test_window_attention_gives_zeros_where_sdpa_does(cpp_op):
     """A query row that sees no key: zeros, as torch's CPU SDPA gives; the other rows are unaffected."""
     q, k = torch.randn(1, 2, 3, 16), torch.randn(1, 2, 5, 16)

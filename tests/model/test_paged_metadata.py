@@ -132,3 +132,31 @@ def test_as_tensor_shares_cpu_memory_and_makes_lists_int64():
     assert from_list.dtype == torch.int64 and from_list.tolist() == [7, 151643, 0]
     assert as_tensor(np.array([True, False]), cpu).dtype == torch.bool  # an array keeps its dtype
     assert as_tensor(None, cpu) is None
+
+
+@pytest.mark.parametrize("case", ["mixed", "batch1_padded_queries", "batch3_one_query"])
+def test_key_ends_are_the_masks_rows_as_prefix_lengths(tiny_wedlm, case):
+    """`build(..., key_ends=True)`: no mask, and key_ends[b, j] the length of the mask's row j of
+    sequence b (every row a prefix: causal on the cache; padded rows and sequences see every key);
+    a forward on them (SDPA, outside a compiled graph: the mask rebuilt from them) gives the
+    mask's hidden states exactly."""
+    seqs, positions, padding = PADDING_CASES[case]
+    cache = KVCache(1, 9, BS, 1, 2, torch.float32, "cpu")
+    with_mask = PagedAttention.build(cache, seqs, pad=padding)
+    with_ends = PagedAttention.build(cache, seqs, pad=padding, key_ends=True)
+    assert with_ends.mask is None and with_mask.key_ends is None
+    rows = with_mask.mask[:, 0]  # [B, Q, K]
+    lengths = rows.sum(-1)
+    assert torch.equal(rows, torch.arange(rows.shape[-1]) < lengths[..., None])  # prefixes
+    assert with_ends.key_ends.dtype == torch.int64 and torch.equal(with_ends.key_ends, lengths)
+    model = load_model(tiny_wedlm)
+    cfg = model.config
+    ids = torch.randint(0, 250, (padding.tokens,), generator=torch.Generator().manual_seed(2))
+    pos = torch.tensor(positions + [0] * (padding.tokens - len(positions)))
+    outs = []
+    for meta in (with_mask, with_ends):
+        meta.kv_cache = KVCache(cfg.num_hidden_layers, 9, BS, cfg.num_key_value_heads, cfg.head_dim,
+                                torch.float32, "cpu")
+        with torch.inference_mode():
+            outs.append(model.hidden_states(ids, pos, meta))
+    assert torch.equal(outs[0], outs[1])

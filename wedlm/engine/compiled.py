@@ -17,6 +17,7 @@ build loads the generated kernels instead of generating and building them again.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
@@ -81,10 +82,14 @@ def forward_logits(model: QwenForCausalLM, input_ids: torch.Tensor, positions: t
 
 def compile_cache_dir() -> Path:
     """Where compiled graphs are cached across processes: `$TORCHINDUCTOR_CACHE_DIR` when set
-    (torch's own variable), else `cache_dir()/torch-compile` (~/.cache/wedlm/torch-compile, or
-    under `$WEDLM_CACHE`). Sets TORCHINDUCTOR_CACHE_DIR to it for this process when unset, the
-    one place torch reads it (torch's default is a folder under /tmp, lost on reboot).
+    (torch's own variable), else `cache_dir()/torch-compile/<digest>` (~/.cache/wedlm/torch-compile/…,
+    or under `$WEDLM_CACHE`), one folder per version of the engine's C++ operators
+    (`native.sources_digest`). Sets TORCHINDUCTOR_CACHE_DIR to it for this process when unset,
+    the one place torch reads it (torch's default is a folder under /tmp, lost on reboot).
 
+    A cached graph calls the C++ operators with the arguments of their schema when it was built,
+    and torch's cache keys do not cover a custom operator's schema: a graph built before an
+    operator gained an argument would call it with one argument short (a crash, not an error).
     Importing torch's dynamo exports torch's default folder into the variable itself, so a
     value equal to that default counts as unset.
     """
@@ -92,8 +97,15 @@ def compile_cache_dir() -> Path:
 
     current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     if current is None or os.path.abspath(current) == os.path.abspath(default_cache_dir()):
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir() / "torch-compile")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir() / "torch-compile" / _operators_digest())
     return Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+
+
+@functools.lru_cache(maxsize=1)
+def _operators_digest() -> str:
+    from .native import sources_digest
+
+    return sources_digest()[:12]
 
 
 class CompiledForward:

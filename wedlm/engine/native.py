@@ -125,7 +125,7 @@ def _one_query_attention_fake(q, k, v, scale, slots=None):
     return q.new_empty(q.shape)
 
 
-def _window_attention_fake(q, k, v, mask, scale, slots=None):
+def _window_attention_fake(q, k, v, mask, scale, slots=None, key_ends=None):
     # the kernel's output is laid out [B, Lq, Hq, D] and returned as its [B, Hq, Lq, D] transpose
     batch, heads, queries, dim = q.shape
     return q.new_empty((batch, queries, heads, dim)).transpose(1, 2)

@@ -124,6 +124,8 @@ class ModelRunner:
         self.native_ops = not enforce_eager and model.device.type == "cpu" and not sharded and use_native_ops()
         # their few-row matmuls on column-panel copies of the oneDNN weights (`few_rows_mm`)
         self.panel_weights = self.native_ops and fast_path and use_panel_weights(self.model)
+        # the causal mask as prefix lengths, which the C++ window attention reads (float32 graphs)
+        self.key_ends = self.native_ops and autocast is None and model.dtype == torch.float32
         self.device = model.device
         # [MASK] is an input symbol, never an output: its logit column is -inf in every row
         # returned, for every decoder and the AR head. The engine sets its one [MASK] id here.
@@ -185,7 +187,7 @@ class ModelRunner:
             pos += [0] * (shape.tokens - offset)
             rows += [0] * (shape.rows - num_rows)
         device = self.device
-        attn = PagedAttention.build(self.kv_cache, slices, device, pad)
+        attn = PagedAttention.build(self.kv_cache, slices, device, pad, key_ends=self.key_ends)
         rows_t = as_tensor(rows, device) if rows else None
         return PreparedForward(as_tensor(ids, device), as_tensor(pos, device), attn, rows_t, num_rows)
 

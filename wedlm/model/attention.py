@@ -151,7 +151,12 @@ class PagedAttention:
         t_index: int64 [num_tokens], row of each flat token in the flattened
             [batch * max_q] attention output; None exactly when q_index is None.
         mask: bool [batch, 1, max_q, max_kv] visibility; None when every query
-            may see every key (a single sequence with one query token, no padding).
+            may see every key (a single sequence with one query token, no padding), or when
+            `key_ends` stands for it.
+        key_ends: int64 [batch, max_q], the same visibility as prefix lengths (query j of
+            sequence b sees keys 0..key_ends[b, j]-1), built instead of `mask` when asked
+            (`build(..., key_ends=True)`: the compiled CPU window kernel reads these, with no
+            [max_q, max_kv] array to build per step); else None.
     """
 
     kv_cache: KVCache
@@ -160,10 +165,11 @@ class PagedAttention:
     q_index: torch.Tensor | None
     t_index: torch.Tensor | None
     mask: torch.Tensor | None
+    key_ends: torch.Tensor | None = None
 
     @classmethod
-    def build(cls, kv_cache: KVCache, seqs: list[SequenceSlice],
-              device: torch.device | str | None = None, pad: Padding | None = None) -> PagedAttention:
+    def build(cls, kv_cache: KVCache, seqs: list[SequenceSlice], device: torch.device | str | None = None,
+              pad: Padding | None = None, key_ends: bool = False) -> PagedAttention:
         """Slot mapping, gather indices and causal-on-cache mask for a batch, vectorised
         over all tokens (numpy on the host, one copy per tensor to `device`).
 
@@ -173,6 +179,7 @@ class PagedAttention:
 
         Args:
             pad: padded sizes (`Padding`); None = the exact sizes.
+            key_ends: give the causal-on-cache visibility as `key_ends` instead of `mask`.
 
         Raises:
             ValueError: a block table too short for context_len + query_len, a
@@ -201,15 +208,18 @@ class PagedAttention:
         slot_mapping[:num_tokens] = np.concatenate([row[c:n] for row, c, n in zip(kv_slots, ctx, total)])
         ctx_p, qlen_p = np.zeros((2, pad.batch), np.int64)
         ctx_p[:batch], qlen_p[:batch] = ctx, qlen
-        q_index = t_index = mask = None
+        q_index = t_index = mask = ends = None
         # the flat tokens are the one sequence's queries in order (padded tokens included):
         # no gathers; padded tokens are then padded queries, which the mask lets see every key
         if pad.batch > 1 or pad.tokens != pad.queries:
             q_index, t_index = _query_indices(qlen_p, num_tokens, pad.tokens, pad.queries)
         if pad.pad_slot is not None or pad.batch > 1 or pad.queries > 1:
-            mask = _causal_on_cache(ctx_p, qlen_p, pad.queries, pad.keys, device)
+            if key_ends:
+                ends = as_tensor(_causal_key_ends(ctx_p, qlen_p, pad.queries, pad.keys), device)
+            else:
+                mask = _causal_on_cache(ctx_p, qlen_p, pad.queries, pad.keys, device)
         return cls(kv_cache, as_tensor(slot_mapping, device), as_tensor(kv_slots, device),
-                   as_tensor(q_index, device), as_tensor(t_index, device), mask)
+                   as_tensor(q_index, device), as_tensor(t_index, device), mask, ends)
 
     def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                scale: float) -> torch.Tensor:
@@ -226,11 +236,16 @@ class PagedAttention:
             queries = q.unsqueeze(0)  # [1, T, Hq, D]
         else:
             queries = _rows(q, self.q_index)  # [B, max_q, Hq, D]
-        out = _cpu_kernel_attention(queries.transpose(1, 2), k_cache, v_cache, self.kv_slots, self.mask, scale)
+        out = _cpu_kernel_attention(queries.transpose(1, 2), k_cache, v_cache, self.kv_slots, self.mask, scale,
+                                    self.key_ends)
         if out is None:
             keys = _rows(k_cache, self.kv_slots).transpose(1, 2)  # [B, Hkv, max_kv, D]
             values = _rows(v_cache, self.kv_slots).transpose(1, 2)
-            out = sdpa(queries.transpose(1, 2), keys.to(queries.dtype), values.to(queries.dtype), self.mask,
+            mask = self.mask
+            if self.key_ends is not None:  # prefix lengths -> the mask they stand for
+                key = torch.arange(keys.shape[2], device=keys.device)
+                mask = (key < self.key_ends.unsqueeze(-1)).unsqueeze(1)
+            out = sdpa(queries.transpose(1, 2), keys.to(queries.dtype), values.to(queries.dtype), mask,
                        False, scale)
         out = out.transpose(1, 2)  # [B, max_q, Hq, D]
         if self.t_index is None:
@@ -244,8 +259,8 @@ class PagedAttention:
 # slot table slots int64 [B, Lk] (key j of sequence b is cache row slots[b, j]), with no gathered
 # [B, Hkv, Lk, D] copy. `one_query`: one query per head over exactly the sequence's keys, no mask
 # (the batch-1 `ar` step): q [B, Hq, 1, D], k, v, scale, slots -> [B, Hq, 1, D]. `window`: any other
-# step, with its mask: q [B, Hq, Lq, D], k, v, bool mask [B or 1, 1, Lq, Lk] or None, scale, slots
-# -> [B, Hq, Lq, D].
+# step, with its mask: q [B, Hq, Lq, D], k, v, bool mask [B or 1, 1, Lq, Lk] or None, scale, slots,
+# key_ends int64 [B, Lq] or None (the mask as prefix lengths, `PagedAttention.key_ends`) -> [B, Hq, Lq, D].
 _cpu_attention: dict = {"one_query": None, "window": None}
 
 
@@ -256,16 +271,17 @@ def use_cpu_attention(one_query=None, window=None) -> None:
 
 
 def _cpu_kernel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor,
-                          mask: torch.Tensor | None, scale: float) -> torch.Tensor | None:
+                          mask: torch.Tensor | None, scale: float,
+                          key_ends: torch.Tensor | None = None) -> torch.Tensor | None:
     """The installed C++ kernel's attention (`use_cpu_attention`) for a compiled float32 CPU graph,
     else None (SDPA). q [B, Hq, Lq, D], k/v the paged caches [S, Hkv, D], slots int64 [B, Lk]."""
     if not (torch.compiler.is_compiling() and q.device.type == "cpu" and q.dtype == k.dtype == torch.float32):
         return None
     # a symbolic size is never 1 (torch specialises 1): only the one-query graph tests true
-    if mask is None and q.shape[2] == 1 and _cpu_attention["one_query"] is not None:
+    if mask is None and key_ends is None and q.shape[2] == 1 and _cpu_attention["one_query"] is not None:
         return _cpu_attention["one_query"](q, k, v, scale, slots)
     if _cpu_attention["window"] is not None:
-        return _cpu_attention["window"](q, k, v, mask, scale, slots)
+        return _cpu_attention["window"](q, k, v, mask, scale, slots, key_ends)
     return None
 
 
@@ -341,6 +357,15 @@ def _causal_on_cache(ctx: np.ndarray, qlen: np.ndarray, max_q: int, max_kv: int,
     ctx_t = as_tensor(ctx, device)[:, None, None]
     qlen_t = as_tensor(qlen, device)[:, None, None]
     return ((key <= ctx_t + q_off) | (q_off >= qlen_t))[:, None]
+
+
+def _causal_key_ends(ctx: np.ndarray, qlen: np.ndarray, max_q: int, max_kv: int) -> np.ndarray:
+    """int64 [B, max_q]: `_causal_on_cache`'s visibility as prefix lengths, ctx[b] + j + 1 keys for
+    query j of sequence b, every key (max_kv) for a padded query row (j >= qlen[b])."""
+    ends = ctx[:, None] + _arange(max_q + 1)[1:]
+    if qlen.min() < max_q:  # padded query rows
+        ends[_arange(max_q) >= qlen[:, None]] = max_kv
+    return ends
 
 
 def as_tensor(values: np.ndarray | list[int] | None, device: torch.device) -> torch.Tensor | None:

@@ -1,8 +1,8 @@
 // wedlm_cpu::window_attention: softmax(scale * q k^T, masked) v for a run of queries per head (a
 // decode window, several sequences, a prefill) over the cached keys, float32, with a boolean mask
-// (True = visible). torch's CPU SDPA runs each query head's block through BLAS calls, which on
-// AMD CPUs take MKL's generic kernel (~114 us a layer for the shipped model's 16-slot window over
-// 500 keys on a Zen 4 core, about half the core's FMA rate).
+// (True = visible) or the number of leading keys each query sees. torch's CPU SDPA runs each query
+// head's block through BLAS calls, which on AMD CPUs take MKL's generic kernel (~114 us a layer for
+// the shipped model's 16-slot window over 500 keys on a Zen 4 core, about half the core's FMA rate).
 //
 // Per (sequence, KV head) the query rows of every head that reads it are transposed into 16-row
 // columns, so each score column S[rows, j] is a sum over the head dimension of k[j, d] times a
@@ -14,6 +14,7 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -48,7 +49,8 @@ inline void weighted_values(const float* p, const float* const* vrows, int64_t s
 // One (sequence b, KV head g) and one tile of up to 16 of its query rows (row r = head offset *
 // Lq + query), whose heads all read KV head g.
 WEDLM_CLONES void attend_tile(const HeadView& q, const KeyView& k, const KeyView& v, const bool* mask, int64_t mask_b,
-                              int64_t Lq, int64_t Lk, int64_t D, int64_t group, int64_t b, int64_t g, int64_t r0,
+                              const int64_t* key_ends, int64_t Lq, int64_t Lk, int64_t D, int64_t group, int64_t b,
+                              int64_t g, int64_t r0,
                               int64_t rows, float scale, float* st, float* qt, const float** krows, const float** vrows,
                               float* out, int64_t Hq) {
   const float neg_inf = -std::numeric_limits<float>::infinity();
@@ -62,7 +64,9 @@ WEDLM_CLONES void attend_tile(const HeadView& q, const KeyView& k, const KeyView
     const float* qr = q.data + b * q.batch + h * q.head + i * q.row;
     for (int64_t d = 0; d < D; ++d) qt[d * LANES + l] = qr[d];
     int64_t e = Lk;
-    if (mask != nullptr) {
+    if (key_ends != nullptr) {
+      e = std::min(std::max(key_ends[b * Lq + i], int64_t{0}), Lk);
+    } else if (mask != nullptr) {
       const bool* m = mask + b * mask_b + i * Lk;
       while (e > 0 && !m[e - 1]) --e;
       holes = holes || (e > 0 && std::memchr(m, 0, e) != nullptr);
@@ -167,10 +171,13 @@ WEDLM_CLONES void attend_tile(const HeadView& q, const KeyView& k, const KeyView
 
 // q [B, Hq, Lq, D], k/v [B, Hkv, Lk, D] (last dimension contiguous) or, with `slots` int64 [B, Lk],
 // the paged caches [S, Hkv, D] whose rows slots[b] are sequence b's keys and values (read in place,
-// `KeyView`), mask bool [B or 1, 1, Lq, Lk] or none. Returns [B, Hq, Lq, D] laid out [B, Lq, Hq, D]
-// (its transpose(1, 2) is contiguous).
+// `KeyView`), mask bool [B or 1, 1, Lq, Lk] or none; or, instead of the mask, `key_ends` int64
+// [B, Lq]: query i of sequence b sees keys 0..key_ends[b, i]-1 (a causal mask as prefix lengths, no
+// [Lq, Lk] array to build and scan). Returns [B, Hq, Lq, D] laid out [B, Lq, Hq, D] (its
+// transpose(1, 2) is contiguous).
 at::Tensor window_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            const std::optional<at::Tensor>& mask, double scale, const std::optional<at::Tensor>& slots) {
+                            const std::optional<at::Tensor>& mask, double scale, const std::optional<at::Tensor>& slots,
+                            const std::optional<at::Tensor>& key_ends) {
   const auto kvs = check_qkv("window_attention", q, k, v, slots);
   const int64_t B = q.size(0), Hq = q.size(1), Lq = q.size(2), D = q.size(3), Hkv = kvs[1], Lk = kvs[2];
   at::Tensor flat_mask;
@@ -182,10 +189,19 @@ at::Tensor window_attention(const at::Tensor& q, const at::Tensor& k, const at::
     flat_mask = mask->contiguous();
     mask_b = mask->size(0) == 1 ? 0 : Lq * Lk;
   }
+  at::Tensor ends;
+  if (key_ends.has_value() && key_ends->defined()) {
+    TORCH_CHECK(!flat_mask.defined(), "window_attention: give a mask or key_ends, not both");
+    TORCH_CHECK(key_ends->scalar_type() == at::kLong && key_ends->dim() == 2 && key_ends->size(0) == B &&
+                    key_ends->size(1) == Lq,
+                "window_attention: key_ends must be int64 [B, Lq]");
+    ends = key_ends->contiguous();
+  }
   at::Tensor out = at::empty({B, Lq, Hq, D}, q.options());
   const HeadView qv(q);
   const KeyView kv = key_view(k, slots), vv = key_view(v, slots);
   const bool* m = flat_mask.defined() ? flat_mask.data_ptr<bool>() : nullptr;
+  const int64_t* e = ends.defined() ? ends.data_ptr<int64_t>() : nullptr;
   const int64_t group = Hq / Hkv, rows = group * Lq, tiles = (rows + LANES - 1) / LANES;
   float* o = out.data_ptr<float>();
   at::parallel_for(0, B * Hkv * tiles, 1, [&](int64_t begin, int64_t end) {
@@ -194,7 +210,7 @@ at::Tensor window_attention(const at::Tensor& q, const at::Tensor& k, const at::
     for (int64_t t = begin; t < end; ++t) {
       const int64_t tile = t % tiles, bg = t / tiles, b = bg / Hkv, g = bg % Hkv;
       const int64_t r0 = tile * LANES, n = rows - r0 < LANES ? rows - r0 : LANES;
-      attend_tile(qv, kv, vv, m, mask_b, Lq, Lk, D, group, b, g, r0, n, static_cast<float>(scale), st.data(),
+      attend_tile(qv, kv, vv, m, mask_b, e, Lq, Lk, D, group, b, g, r0, n, static_cast<float>(scale), st.data(),
                   qt.data(), krows.data(), vrows.data(), o, Hq);
     }
   });
@@ -204,7 +220,8 @@ at::Tensor window_attention(const at::Tensor& q, const at::Tensor& k, const at::
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(wedlm_cpu, m) {
-  m.def("window_attention(Tensor q, Tensor k, Tensor v, Tensor? mask, float scale, Tensor? slots=None) -> Tensor");
+  m.def("window_attention(Tensor q, Tensor k, Tensor v, Tensor? mask, float scale, Tensor? slots=None, "
+        "Tensor? key_ends=None) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(wedlm_cpu, CPU, m) { m.impl("window_attention", window_attention); }
