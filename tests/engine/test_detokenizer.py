@@ -67,3 +67,34 @@ def test_backend_decode_gives_the_wrapper_text():
     for ids in sequences:
         for stops in ([], [", 3", "zz"]):
             assert feed(IncrementalDetokenizer(tok, stops), ids) == feed(IncrementalDetokenizer(Wrapper(), stops), ids)
+
+
+def test_extend_gives_the_text_of_adding_one_token_at_a_time():
+    """`extend` (a commit's tokens at once, no stop strings) leaves the text `add` leaves after
+    every group, multi-byte characters split across groups included, and the same final text;
+    with stop strings it refuses."""
+    import random
+
+    import pytest
+
+    from wedlm.tokenizer import load_tokenizer
+
+    rng = random.Random(1)
+    shipped = load_tokenizer(SHIPPED)
+    cases = [(TOK, TOK.encode(TEXT * 3)), (TOK, [rng.randrange(256) for _ in range(200)])]
+    cases += [(shipped, [rng.randrange(len(shipped)) for _ in range(120)]) for _ in range(5)]
+    cases += [(shipped, shipped.encode("count: 1, 2, 3 ... 47 + 8 = 55", add_special_tokens=False))]
+    for tok, ids in cases:
+        for _ in range(5):
+            one, many = IncrementalDetokenizer(tok), IncrementalDetokenizer(tok)
+            i = 0
+            while i < len(ids):
+                group = ids[i:i + rng.randrange(1, 9)]
+                i += len(group)
+                for t in group:
+                    one.add(t)
+                many.extend(group)
+                assert many.text == one.text and many.flush() == one.flush()
+            assert many.finish() == one.finish()
+    with pytest.raises(ValueError, match="stop strings"):
+        IncrementalDetokenizer(TOK, ["x"]).extend([1, 2])

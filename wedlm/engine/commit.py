@@ -23,18 +23,22 @@ def commit_tokens(seq: Sequence, committed: list[int], num_valid: int) -> tuple[
     """
     added, reason = [], None
     detok = seq.detokenizer
+    # stop strings are matched token by token; without them the text is decoded once per commit
+    per_token = detok is not None and bool(detok.stops)
     for t in committed:
         seq.tokens.append(t)
         added.append(t)
         if t in seq.stop_ids:
             reason = "stop"
             break
-        if detok is not None and detok.add(t) and detok.stopped:
+        if per_token and detok.add(t) and detok.stopped:
             reason = "stop"
             break
         if len(seq.tokens) >= seq.max_len:
             reason = "length"
             break
+    if detok is not None and not per_token:
+        detok.extend(added[:-1] if reason == "stop" else added)  # a stop id is not text
     seq.num_cached += min(num_valid, len(added))
     if seq.grammar is not None:
         seq.grammar.advance(added)

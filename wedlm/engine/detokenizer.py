@@ -61,6 +61,33 @@ class IncrementalDetokenizer:
         self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
         return self._match_stop(start)
 
+    def extend(self, token_ids: list[int]) -> None:
+        """Append several tokens at once, for a detokenizer without stop strings: the text `add`
+        gives one token at a time, with two decodes for the lot instead of two per token (each
+        decode covers the range since the last complete character). Where the lot ends inside a
+        character, its tokens go through `add` one by one, so the complete characters before it
+        are text at once, as with `add`.
+
+        Raises:
+            ValueError: this detokenizer has stop strings (they are matched token by token).
+        """
+        if self.stops:
+            raise ValueError("extend: a detokenizer with stop strings takes one token at a time (add)")
+        if len(token_ids) < 2:
+            for t in token_ids:
+                self.add(t)
+            return
+        ids = self.ids + token_ids
+        before = self.decode(ids[self.prefix_offset:self.read_offset])
+        after = self.decode(ids[self.prefix_offset:])
+        if len(after) <= len(before) or after.endswith(REPLACEMENT):
+            for t in token_ids:
+                self.add(t)
+            return
+        self.ids = ids
+        self.text += after[len(before):]
+        self.prefix_offset, self.read_offset = self.read_offset, len(ids)
+
     def _match_stop(self, new_start: int) -> bool:
         if not self.stops:
             return False

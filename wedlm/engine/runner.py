@@ -202,8 +202,9 @@ class ModelRunner:
         forward = self.compiled or forward_logits
         logits, argmax = forward(self.model, batch.input_ids, batch.positions, batch.attn, batch.logit_rows,
                                  self.mask_token_id, self.autocast)
-        logits = logits[:batch.num_rows]
-        ids = argmax[:batch.num_rows].tolist()
+        if logits.shape[0] != batch.num_rows:  # padded rows (unpadded ones need no slicing op)
+            logits, argmax = logits[:batch.num_rows], argmax[:batch.num_rows]
+        ids = argmax.tolist()
         batch_scores = SoftmaxRows(logits, estimate=self.native_ops)
         out, start = [], 0
         for item in items:
