@@ -164,6 +164,10 @@ def test_huge_page_tensors_start_on_a_huge_page(monkeypatch):
         if hasattr(mmap, "MADV_HUGEPAGE"):
             assert t.data_ptr() % HUGE_PAGE == 0
     assert huge_page_tensor(100).shape == (100,)
+    if hasattr(mmap, "MADV_HUGEPAGE"):  # a kernel without huge pages refuses the advice: ordinary pages
+        monkeypatch.setattr(mmap, "MADV_HUGEPAGE", -1)
+        t = huge_page_tensor(HUGE_PAGE)
+        assert t.shape == (HUGE_PAGE,) and t.fill_(1).sum().item() == HUGE_PAGE
     monkeypatch.delattr(mmap, "MADV_HUGEPAGE", raising=False)
     assert huge_page_tensor(HUGE_PAGE).shape == (HUGE_PAGE,)
 

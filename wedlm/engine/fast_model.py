@@ -516,8 +516,8 @@ def huge_page_tensor(numel: int, dtype: torch.dtype = torch.float32) -> torch.Te
     the shipped model's 16 MB of column panels (`use_panel_weights`) ran its 16-row matmuls at
     1.06x the rate on 2 MB pages (`few_rows_mm` over all of them in turn, one Zen 4 thread,
     92 against 87 GFLOP/s; 87 against 82 with the caches flushed first). Where the system has no
-    such pages (not Linux, or transparent huge pages set to `never`) it is ordinary memory; below
-    2 MB, `torch.empty`.
+    such pages (not Linux, a kernel without them, or transparent huge pages set to `never`) it is
+    ordinary memory; below 2 MB, `torch.empty`.
     """
     nbytes = numel * torch.empty((), dtype=dtype).element_size()
     advice = getattr(mmap, "MADV_HUGEPAGE", None)
@@ -525,7 +525,10 @@ def huge_page_tensor(numel: int, dtype: torch.dtype = torch.float32) -> torch.Te
         return torch.empty(numel, dtype=dtype)
     # a private mapping: shared anonymous memory follows the shmem setting (usually `never`)
     area = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    area.madvise(advice)
+    try:
+        area.madvise(advice)
+    except OSError:  # a kernel built without transparent huge pages: ordinary pages
+        pass
     view = ctypes.c_char.from_buffer(area)
     offset = -ctypes.addressof(view) % HUGE_PAGE
     del view  # an exported buffer would keep the mapping from closing
