@@ -328,7 +328,8 @@ def test_batch1_one_query_step_on_a_cpu_has_exact_keys_and_no_mask(compiled_llm)
         assert padded.attn.mask is None and padded.attn.key_ends.tolist() == [[71, 72, 73, 128]]
     else:
         assert padded.attn.mask is not None and padded.attn.key_ends is None
-    # a forward without logit rows runs eagerly, on SDPA: it gets the mask itself
+    # a chunk that asks no logits runs the same graph, its logit rows all padding
     chunk = runner.prepare([ForwardItem([7, 3, 3], [70, 71, 72], list(range(20)), context_len=70, logit_rows=[])])
-    assert chunk.logit_rows is None and chunk.attn.mask is not None and chunk.attn.key_ends is None
+    assert chunk.num_rows == 0 and chunk.logit_rows.tolist() == [0, 0]
+    assert (chunk.attn.key_ends is not None) == runner.key_ends == (chunk.attn.mask is None)
     assert padded.input_ids.shape[0] == 4
