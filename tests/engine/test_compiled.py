@@ -101,6 +101,18 @@ def test_direct_calls_run_the_generated_code(compiled_llm):
         assert direct.call_generated_code(frame, (logits, argmax)) and direct.call is before
 
 
+def test_guards_read_the_call_not_the_modules(compiled_llm):
+    """An engine's graphs keep dynamo's guards on the call's inputs and the global state, and
+    none on the model's modules, the KV cache's tensors or module globals (`_guards_kept`)."""
+    compiled = compiled_llm.engine.runner.compiled
+    generate(compiled_llm, 4)
+    assert compiled._direct
+    for direct in compiled._direct:
+        guards = str(direct.guard_manager)
+        assert "L['input_ids']" in guards and "GLOBAL_STATE" in guards
+        assert "G['" not in guards and "kv_cache" not in guards and "_modules" not in guards
+
+
 def test_direct_call_reads_plain_sources_only():
     """`_DirectCall.of` rebuilds a graph's inputs from their dynamo sources: the model's and the KV
     cache's once, the step's at each call; any other kind of source keeps dynamo."""

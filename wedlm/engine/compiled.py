@@ -286,12 +286,17 @@ class _CompileSettings:
 
 def _guards_kept(entries: list) -> list[bool]:
     """Dynamo's `guard_filter_fn` for an engine's forward: every guard but those on the model's
-    modules (`torch.compiler.skip_guard_on_all_nn_modules_unsafe`) and on the KV cache's tensors
+    modules (`torch.compiler.skip_guard_on_all_nn_modules_unsafe`), on the KV cache's tensors
     (fixed sizes, marked static, the same tensors in every call of one engine: 7 guards each,
-    112 of the shipped model's ~170)."""
+    112 of the shipped model's ~170) and on module globals (`is_global`: the functions, modules,
+    constants and kernel hooks the traced code read, ~60 identity checks that cost 13-16 us of a
+    step's 31-53 us guard check in cold caches). An engine's graphs are traced with the code and
+    settings of their first call: a module global changed later (monkeypatching a function,
+    `use_cpu_attention` with other kernels) is not seen by them, as a change to the model is not;
+    a new engine traces its own copy."""
     keep = torch.compiler.skip_guard_on_all_nn_modules_unsafe(entries)
     # an entry's name is its source without the frame's L[...]: "attn.kv_cache.k[0]"
-    return [k and not e.name.startswith("attn.kv_cache") for k, e in zip(keep, entries)]
+    return [k and not e.is_global and not e.name.startswith("attn.kv_cache") for k, e in zip(keep, entries)]
 
 
 class _Graph:
