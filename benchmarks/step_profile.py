@@ -3,9 +3,10 @@
 Runs greedy decoding (`--decoding`, default wedlm) of `--batch` prompts for `--max-tokens`
 tokens on one thread, under cProfile, and prints the cumulative time per step of each
 part of the step (and, measured first without the profiler, the plain wall time of a
-step): scheduling, window plans, forward items, metadata (`prepare`), the
-model forward, the rest of `execute` (logits, argmax, split), decoder updates (entropy,
-fill), commit and detokenization. `--trees A,B` runs the same profile in subprocesses
+step: the least and the median over `--wall-runs` runs per repeat, every repeat pooled):
+scheduling, window plans, forward items, metadata (`prepare`), the model forward, the rest
+of `execute` (logits, argmax, split), decoder updates (entropy, fill), commit and
+detokenization. `--trees A,B` runs the same profile in subprocesses
 on other source trees (e.g. an exported older commit) and prints the tables side by side.
 
 Below each table: the step's floor on this CPU. The runner's inputs of every timed step
@@ -18,6 +19,7 @@ FLOPs / peak FLOP rate and bytes / read bandwidth, printed with the measured ste
     python benchmarks/step_profile.py --batch 1 --batch 8
     python benchmarks/step_profile.py --trees .+eager,.+compiled --batch 1 --batch 8
     python benchmarks/step_profile.py --trees /tmp/before+compiled,.+compiled --batch 1 --batch 8
+    python benchmarks/step_profile.py --trees /tmp/before+compiled,.+compiled --batch 1 --repeats 10 --wall-runs 10
     python benchmarks/step_profile.py --model M --device cuda --dtype bfloat16 --trees .,.+compiled --top 12
 """
 
@@ -28,6 +30,7 @@ import cProfile
 import json
 import os
 import pstats
+import statistics
 import subprocess
 import sys
 import time
@@ -127,7 +130,7 @@ def _floor(llm, shapes: list, steps: int) -> dict:
 
 
 def profile(model: str, batch: int, max_tokens: int, decoding: str, compiled: bool | None = None,
-            device: str = "cpu", dtype: str | None = None, top: int = 0) -> dict:
+            device: str = "cpu", dtype: str | None = None, top: int = 0, wall_runs: int = 1) -> dict:
     import torch
 
     from wedlm import LLM, SamplingParams
@@ -143,15 +146,21 @@ def profile(model: str, batch: int, max_tokens: int, decoding: str, compiled: bo
     warm = SamplingParams(temperature=0.0, max_tokens=8, decoding=decoding, ignore_eos=True)
     for group in ([prompts[0]], prompts):  # warm-up (compiled: every graph the timed runs use)
         llm.generate(group, warm)
-    for p in prompts:  # once without the profiler: the honest wall time of a step
-        llm.add_request(p, params)
-    shapes = _record_shapes(llm.engine.runner)
-    steps, start = 0, time.perf_counter()
-    while llm.has_unfinished():
-        llm.step()
-        steps += 1
-    wall = time.perf_counter() - start
-    floor = _floor(llm, shapes, steps)
+    walls = []  # without the profiler: the honest wall time of a step, `wall_runs` times
+    for run in range(wall_runs):
+        for p in prompts:
+            llm.add_request(p, params)
+        if run == 0:  # the first run's forwards give the floor
+            prepare = llm.engine.runner.prepare
+            shapes = _record_shapes(llm.engine.runner)
+        steps, start = 0, time.perf_counter()
+        while llm.has_unfinished():
+            llm.step()
+            steps += 1
+        walls.append(1e6 * (time.perf_counter() - start) / max(steps, 1))
+        if run == 0:
+            floor = _floor(llm, shapes, steps)
+            llm.engine.runner.prepare = prepare
     for p in prompts:
         llm.add_request(p, params)
     prof = cProfile.Profile()
@@ -162,7 +171,7 @@ def profile(model: str, batch: int, max_tokens: int, decoding: str, compiled: bo
         steps += 1
     prof.disable()
     stats = pstats.Stats(prof).stats
-    out = {"steps": steps, "step wall, no profiler": 1e6 * wall / max(steps, 1), **floor}
+    out = {"steps": steps, "step wall, no profiler": min(walls), "walls": walls, **floor}
     if top:  # the functions with the most own time (a device synchronisation shows up here)
         own = sorted(((tottime, f"{Path(path).name}:{line} {name}") for (path, line, name), (_, _, tottime, _, _)
                       in stats.items()), reverse=True)[:top]
@@ -191,6 +200,7 @@ def print_floor(cells: list[dict]) -> None:
             ("peak GB/s (read, step-sized buffer)", "{:.1f}", lambda c: c["peak GB/s"]),
             ("floor: max(FLOP/peak, bytes/bandwidth)", "{:.0f}", lambda c: c["floor"]),
             ("step wall, x floor", "{:.2f}x", lambda c: c["step wall, no profiler"] / c["floor"]),
+            ("step wall (median of runs), x floor", "{:.2f}x", lambda c: c["step wall, median of runs"] / c["floor"]),
             ("execute (forward + logits), x floor", "{:.2f}x", lambda c: c["execute (forward + logits)"] / c["floor"])]
     for label, fmt, value in rows:
         print(f"| {label} | " + " | ".join(fmt.format(value(c)) for c in cells) + " |")
@@ -210,6 +220,8 @@ def main() -> int:
     ap.add_argument("--device", default="cpu", help="cpu or cuda (one torch thread on the host either way)")
     ap.add_argument("--dtype", default=None, help="weights dtype, e.g. bfloat16 (default: the checkpoint's)")
     ap.add_argument("--top", type=int, default=0, help="also list the N functions with the most own time per step")
+    ap.add_argument("--wall-runs", type=int, default=1,
+                    help="unprofiled runs per repeat: the table gives their least and their median step time")
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--mode", choices=("compiled", "eager"), default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -217,7 +229,7 @@ def main() -> int:
     if args.json:
         print(json.dumps({b: profile(args.model, b, args.max_tokens, args.decoding,
                                      None if args.mode is None else args.mode == "compiled", args.device,
-                                     args.dtype, args.top) for b in batches}))
+                                     args.dtype, args.top, args.wall_runs) for b in batches}))
         return 0
     trees = args.trees.split(",") if args.trees else [str(Path(__file__).resolve().parents[1])]
     runs: list[list[dict]] = [[] for _ in trees]
@@ -226,7 +238,7 @@ def main() -> int:
             path, _, mode = tree.partition("+")  # "TREE+compiled" / "TREE+eager": enforce_eager False / True
             cmd = [sys.executable, str(Path(__file__).resolve()), "--json", "--model", args.model,
                    "--max-tokens", str(args.max_tokens), "--decoding", args.decoding, "--device", args.device,
-                   "--top", str(args.top)] + (["--dtype", args.dtype] if args.dtype else [])
+                   "--top", str(args.top), "--wall-runs", str(args.wall_runs)] + (["--dtype", args.dtype] if args.dtype else [])
             cmd += ["--mode", mode] if mode else []
             for b in batches:
                 cmd += ["--batch", str(b)]
@@ -235,14 +247,17 @@ def main() -> int:
             runs[i].append(json.loads(text.strip().splitlines()[-1]))
     best = ("compile_s", "peak GFLOP/s", "peak GB/s")  # kept at their largest; the rest at their least
     results = [{b: {k: (max if k in best else min)(r[b][k] for r in tree_runs) for k in tree_runs[0][b]
-                    if k != "top"} for b in tree_runs[0]} for tree_runs in runs]
+                    if k not in ("top", "walls")} for b in tree_runs[0]} for tree_runs in runs]
+    for result, tree_runs in zip(results, runs):  # every unprofiled run of every repeat
+        for b in result:
+            result[b]["step wall, median of runs"] = statistics.median(w for r in tree_runs for w in r[b]["walls"])
     for b in batches:
         b = str(b)
         print(f"\nbatch {b}, decoding {args.decoding}, {args.max_tokens} tokens each; microseconds per step "
               f"(cProfile cumulative, min of {args.repeats}; steps: {', '.join(str(r[b]['steps']) for r in results)})")
         print("| part | " + " | ".join(trees) + " |")
         print("|---|" + "---|" * len(trees))
-        for label in ["step wall, no profiler"] + [label for label, _, _ in PARTS]:
+        for label in ["step wall, no profiler", "step wall, median of runs"] + [label for label, _, _ in PARTS]:
             print(f"| {label} | " + " | ".join(f"{r[b][label]:.0f}" for r in results) + " |")
         if any("compile_s" in r[b] for r in results):
             print("| compile (s, largest of the runs) | "

@@ -42,9 +42,11 @@ def test_recorded_shapes_and_floor_rows(capsys):
     # tokens 6, rows 3, keys 4 x 10 + 10 and 0 + 3, cache rows 14 + 2
     assert shapes == [(6, 3, 53, 16)]
     cell = {"forwards per step": 1.0, "MFLOP": 2.0, "MB read": 1.0, "peak GFLOP/s": 1.0, "peak GB/s": 2.0,
-            "step wall, no profiler": 4000.0, "execute (forward + logits)": 3000.0}
+            "step wall, no profiler": 4000.0, "step wall, median of runs": 5000.0,
+            "execute (forward + logits)": 3000.0}
     module.print_floor([cell])
     out = capsys.readouterr().out
     # floor = max(2 MFLOP / 1 GFLOP/s, 1 MB / 2 GB/s) = 2,000 us
     assert "| floor: max(FLOP/peak, bytes/bandwidth) | 2000 |" in out
     assert "| step wall, x floor | 2.00x |" in out and "| execute (forward + logits), x floor | 1.50x |" in out
+    assert "| step wall (median of runs), x floor | 2.50x |" in out
