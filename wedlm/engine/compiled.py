@@ -91,6 +91,7 @@ def compile_cache_dir() -> Path:
     and torch's cache keys do not cover a custom operator's schema: a graph built before an
     operator gained an argument would call it with one argument short (a crash, not an error).
     A folder set in TORCHINDUCTOR_CACHE_DIR is the user's: clear it when the operators change.
+
     Importing torch's dynamo exports torch's default folder into the variable itself, so a
     value equal to that default counts as unset.
     """

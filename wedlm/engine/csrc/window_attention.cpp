@@ -47,12 +47,12 @@ inline void weighted_values(const float* p, const float* const* vrows, int64_t s
 }
 
 // One (sequence b, KV head g) and one tile of up to 16 of its query rows (row r = head offset *
-// Lq + query), whose heads all read KV head g.
+// Lq + query), whose heads all read KV head g. Each row sees keys 0..key_ends[b * Lq + query]-1
+// when `key_ends` is given, else the mask's visible keys.
 WEDLM_CLONES void attend_tile(const HeadView& q, const KeyView& k, const KeyView& v, const bool* mask, int64_t mask_b,
                               const int64_t* key_ends, int64_t Lq, int64_t Lk, int64_t D, int64_t group, int64_t b,
-                              int64_t g, int64_t r0,
-                              int64_t rows, float scale, float* st, float* qt, const float** krows, const float** vrows,
-                              float* out, int64_t Hq) {
+                              int64_t g, int64_t r0, int64_t rows, float scale, float* st, float* qt,
+                              const float** krows, const float** vrows, float* out, int64_t Hq) {
   const float neg_inf = -std::numeric_limits<float>::infinity();
   // qt[d][lane] = q of row r0 + lane (zeros in unused lanes)
   for (int64_t d = 0; d < D; ++d)
