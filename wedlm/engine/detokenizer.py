@@ -50,15 +50,10 @@ class IncrementalDetokenizer:
 
     def add(self, token_id: int) -> bool:
         """Append one token; True if a stop string now matches (text truncated before it)."""
-        self.ids.append(token_id)
-        decode = self.decode
-        before = decode(self.ids[self.prefix_offset:self.read_offset])
-        after = decode(self.ids[self.prefix_offset:])
-        if len(after) <= len(before) or after.endswith(REPLACEMENT):
-            return False  # an incomplete character: wait for the next token
         start = len(self.text)
-        self.text += after[len(before):]
-        self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
+        if not self._advance([token_id]):
+            self.ids.append(token_id)  # an incomplete character: wait for the next token
+            return False
         return self._match_stop(start)
 
     def extend(self, token_ids: list[int]) -> None:
@@ -73,20 +68,24 @@ class IncrementalDetokenizer:
         """
         if self.stops:
             raise ValueError("extend: a detokenizer with stop strings takes one token at a time (add)")
-        if len(token_ids) < 2:
-            for t in token_ids:
-                self.add(t)
+        if len(token_ids) > 1 and self._advance(token_ids):
             return
-        ids = self.ids + token_ids
-        before = self.decode(ids[self.prefix_offset:self.read_offset])
-        after = self.decode(ids[self.prefix_offset:])
+        for t in token_ids:
+            self.add(t)
+
+    def _advance(self, new_ids: list[int]) -> bool:
+        """Decode the range since the last complete character with `new_ids` appended: when it
+        ends on a complete character, take the ids and the new text and return True; else change
+        nothing and return False."""
+        tail = self.ids[self.prefix_offset:] + new_ids
+        before = self.decode(tail[:self.read_offset - self.prefix_offset])
+        after = self.decode(tail)
         if len(after) <= len(before) or after.endswith(REPLACEMENT):
-            for t in token_ids:
-                self.add(t)
-            return
-        self.ids = ids
+            return False
+        self.ids += new_ids
         self.text += after[len(before):]
-        self.prefix_offset, self.read_offset = self.read_offset, len(ids)
+        self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
+        return True
 
     def _match_stop(self, new_start: int) -> bool:
         if not self.stops:
