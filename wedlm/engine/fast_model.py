@@ -519,7 +519,7 @@ def huge_page_tensor(numel: int, dtype: torch.dtype = torch.float32) -> torch.Te
     such pages (not Linux, a kernel without them, or transparent huge pages set to `never`) it is
     ordinary memory; below 2 MB, `torch.empty`.
     """
-    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    nbytes = numel * dtype.itemsize
     advice = getattr(mmap, "MADV_HUGEPAGE", None)
     if advice is None or nbytes < HUGE_PAGE:
         return torch.empty(numel, dtype=dtype)

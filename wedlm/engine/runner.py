@@ -187,8 +187,7 @@ class ModelRunner:
             pos += [0] * (shape.tokens - offset)
             rows += [0] * (shape.rows - num_rows)
         device = self.device
-        # a forward with no logit rows at all runs eagerly, on SDPA (`execute`): the mask
-        attn = PagedAttention.build(self.kv_cache, slices, device, pad, key_ends=self.key_ends and bool(rows))
+        attn = PagedAttention.build(self.kv_cache, slices, device, pad, key_ends=self.key_ends)
         rows_t = as_tensor(rows, device) if rows else None
         return PreparedForward(as_tensor(ids, device), as_tensor(pos, device), attn, rows_t, num_rows)
 
