@@ -229,8 +229,10 @@ def test_plain_weights_are_static_and_settings_are_restored(compiled_llm):
     weights = plain_weights(model)
     # 2 per layer (qkv, gate_up; the tiny model has no q/k/v bias), and one copy for the one-row
     # matmuls, 4 per layer (qkv, o_proj, gate_up, down_proj) and lm_head's: the transposed weight,
-    # or its column panels where oneDNN runs (`use_panel_weights` drops the transposed copy)
-    assert len(weights) == 2 * model.config.num_hidden_layers + 4 * model.config.num_hidden_layers + 1
+    # or its column panels where the C++ operators run (`use_panel_weights` drops the transposed
+    # copy), with the one block of memory the panels are views into
+    block = 1 if compiled_llm.engine.runner.panel_weights else 0
+    assert len(weights) == 2 * model.config.num_hidden_layers + 4 * model.config.num_hidden_layers + 1 + block
     copies = [w for m in model.modules() for w in weights
               if any(w is getattr(m, name, None) for name in ("weight_t", "weight_panels"))]
     assert len(copies) == 4 * model.config.num_hidden_layers + 1
@@ -323,7 +325,8 @@ def test_two_compiled_engines_keep_their_own_models(ckpt_factory, monkeypatch):
 def test_batch1_one_query_step_on_a_cpu_has_exact_keys_and_no_mask(compiled_llm):
     """A compiled CPU step of one token of one sequence pads nothing: its keys are exactly the
     cached rows plus the new one (no multiple of 64) and it carries no mask, as eager mode; a
-    window step keeps its buckets and its causal mask (as prefix lengths for the C++ kernel)."""
+    window step keeps its token buckets and its causal mask (as prefix lengths for the C++
+    kernel)."""
     from wedlm.engine.runner import ForwardItem
 
     runner = compiled_llm.engine.runner
@@ -335,9 +338,11 @@ def test_batch1_one_query_step_on_a_cpu_has_exact_keys_and_no_mask(compiled_llm)
     assert prepared.input_ids.tolist() == [7] and prepared.logit_rows.tolist() == [0]
     window = ForwardItem([7, 3, 3], [70, 71, 72], list(range(20)), context_len=70, logit_rows=[0, 1, 2])
     padded = runner.prepare([window])
-    assert tuple(padded.attn.kv_slots.shape) == (1, 128)
+    # keys in buckets of 64, or exactly the 73 where the C++ kernels take any count (`StepShape.of`)
+    keys = 73 if runner.panel_weights else 128
+    assert tuple(padded.attn.kv_slots.shape) == (1, keys)
     if runner.key_ends:
-        assert padded.attn.mask is None and padded.attn.key_ends.tolist() == [[71, 72, 73, 128]]
+        assert padded.attn.mask is None and padded.attn.key_ends.tolist() == [[71, 72, 73, keys]]
     else:
         assert padded.attn.mask is not None and padded.attn.key_ends is None
     # a chunk that asks no logits runs the same graph, its logit rows all padding

@@ -140,13 +140,30 @@ def test_few_rows_mm_refuses_what_it_does_not_compute(cpp_op):
         pack_panels(torch.randn(40, 8))
 
 
-def test_pack_panels_lays_out_64_column_panels():
-    """Panel p is columns 64p..64p+63 of W^T, K rows of 64; a last panel of N % 64 columns."""
+@pytest.mark.parametrize("width", [64, 16])
+def test_pack_panels_lays_out_column_panels(width):
+    """Panel p is columns width p .. width (p + 1) - 1 of W^T, K rows of `width`; a last panel of
+    N % width columns."""
     w = torch.arange(80 * 3, dtype=torch.float32).view(80, 3)  # w[n, k] = 3n + k
-    got = pack_panels(w)
+    got = pack_panels(w, width)
     assert got.shape == (240,) and got.is_contiguous()
-    assert torch.equal(got[:192].view(3, 64), w[:64].t())
-    assert torch.equal(got[192:].view(3, 16), w[64:].t())
+    full = 80 // width * width
+    for p in range(80 // width):
+        assert torch.equal(got[3 * width * p:3 * width * (p + 1)].view(3, width), w[width * p:width * (p + 1)].t())
+    assert torch.equal(got[3 * full:].view(3, 80 - full), w[full:].t())
+    with pytest.raises(ValueError, match="width must be a positive multiple of 16, got 24"):
+        pack_panels(w, 24)
+
+
+def test_pack_panels_takes_the_width_of_the_built_operators(cpp_op):
+    """64-column panels for AVX-512 tiles, 16-column ones for 8- and 4-float vectors (each tile
+    reads one panel as one stream)."""
+    from wedlm.engine import native
+
+    width = torch.ops.wedlm_cpu.panel_columns()
+    assert width == (64 if native.instruction_set() == "avx512" else 16)
+    w = torch.randn(80, 3)
+    assert torch.equal(pack_panels(w), pack_panels(w, width))
 
 
 def test_huge_page_tensors_start_on_a_huge_page(monkeypatch):
@@ -219,12 +236,12 @@ def test_weights_packed_before_the_load_are_known(cpp_op):
 
 
 def test_the_library_is_cached_on_disk(cpp_op):
-    """Built once per torch version and source: the library sits in `native.build_dir()` under
-    a name holding the source's hash."""
+    """Built once per torch version, source and instruction set: the library sits in
+    `native.build_dir()` under a name holding both."""
     libs = list(native.build_dir().glob("wedlm_cpu_*/wedlm_cpu_*.so"))
     assert libs, native.build_dir()
-    digest = native.sources_digest()[:12]
-    assert any(lib.parent.name == f"wedlm_cpu_{digest}" for lib in libs)
+    name = f"wedlm_cpu_{native.instruction_set()}_{native.sources_digest()[:12]}"
+    assert any(lib.parent.name == name for lib in libs)
     # every source file counts: an edit to any of them names a new library
     assert "one_row_mm.cpp" in native.SOURCE.read_text() and (native.CSRC / "simd.h").is_file()
 
@@ -392,13 +409,17 @@ import sys, torch, torch.nn.functional as F
 from torch.utils import cpp_extension
 from wedlm.engine import native
 cpp_extension.load(name=sys.argv[1], sources=[str(native.SOURCE)], build_directory=sys.argv[2], is_python_module=False,
-                   extra_cflags=["-O3", "-DWEDLM_VARIANT=" + sys.argv[3]], verbose=False)
+                   extra_cflags=["-O3", *native.ISA_FLAGS[sys.argv[3]]], verbose=False)
 gen = torch.Generator().manual_seed(0)
 x, wt = torch.randn(1, 192, generator=gen), torch.randn(192, 385, generator=gen)
 assert (torch.ops.wedlm_cpu.one_row_mm(x, wt) - x @ wt).abs().max() < 1e-4
 from wedlm.engine.fast_model import pack_panels
 x, w = torch.randn(13, 192, generator=gen), torch.randn(400, 192, generator=gen)
-assert (torch.ops.wedlm_cpu.few_rows_mm(x, pack_panels(w), 400, None) - x @ w.t()).abs().max() < 1e-4
+width = torch.ops.wedlm_cpu.panel_columns()
+assert width == (64 if sys.argv[3] == "avx512" else 16)
+for rows in (1, 2, 13):
+    got = torch.ops.wedlm_cpu.few_rows_mm(x[:rows], pack_panels(w, width), 400, None)
+    assert (got - x[:rows] @ w.t()).abs().max() < 1e-4
 q = torch.randn(1, 9, 4, 48, generator=gen).transpose(1, 2)
 k, v = (torch.randn(1, 70, 2, 48, generator=gen).transpose(1, 2) for _ in range(2))
 mask = (torch.arange(70)[None, :] <= 61 + torch.arange(9)[:, None])[None, None]
@@ -415,15 +436,21 @@ print("ok")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", ["2", "0"])  # AVX2+FMA, plain x86-64
-def test_each_instruction_set_variant_computes_the_same(tmp_path, variant):
-    """The library picks its AVX-512, AVX2+FMA or plain x86-64 kernels when it loads; a CPU with
-    AVX-512 only ever runs the first, so the other two are built alone here (WEDLM_VARIANT) and
-    checked against torch in a fresh process (an operator library registers once per process)."""
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "base"])
+def test_each_instruction_set_build_computes_the_same(tmp_path, isa):
+    """The library is built for the CPU's widest instruction set (`native.instruction_set`), so a
+    machine tests its own build in the default run; here every build this CPU can run is made
+    under another name and checked against torch in a fresh process (an operator library
+    registers once per process)."""
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", _VARIANT_CHECK, "wedlm_cpu_variant", str(tmp_path), variant],
+    from wedlm.engine import native
+
+    runnable = {"avx512": ["avx512", "avx2", "base"], "avx2": ["avx2", "base"]}.get(native.instruction_set(), ["base"])
+    if isa not in runnable:
+        pytest.skip(f"this CPU cannot run the {isa} build")
+    out = subprocess.run([sys.executable, "-c", _VARIANT_CHECK, f"wedlm_cpu_{isa}_check", str(tmp_path), isa],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
 
@@ -451,8 +478,9 @@ def _torch_scores(logits):
 @pytest.mark.parametrize("vocab", [17, 4096, 4099, 49152])
 def test_greedy_scores_are_torchs_entropy_within_the_fill_tolerance(cpp_op, vocab):
     """Entropies within a tenth of the tolerance the fill rule decides by (`fill.ENTROPY_ATOL` /
-    `ENTROPY_RTOL`), from flat to one-hot rows, [MASK]-banned columns included; every argmax id
-    the kernel gives is the probabilities' argmax."""
+    `ENTROPY_RTOL`) of the float64 entropy and within a quarter of it of torch's float32 one (whose
+    own error reached 2.5e-6 x H over 49,152 columns on a Zen 3 core), from flat to one-hot rows,
+    [MASK]-banned columns included; every argmax id the kernel gives is the probabilities' argmax."""
     from wedlm.engine.decoders.fill import ENTROPY_ATOL, ENTROPY_RTOL
 
     gen = torch.Generator().manual_seed(vocab)
@@ -463,7 +491,10 @@ def test_greedy_scores_are_torchs_entropy_within_the_fill_tolerance(cpp_op, voca
         h, ids = torch.ops.wedlm_cpu.greedy_scores(logits, 1e-5)
         want_h, want_ids = _torch_scores(logits)
         assert h.dtype == torch.float32 and ids.dtype == torch.int64 and h.shape == ids.shape == (12,)
-        assert ((h - want_h).abs() <= 0.1 * (ENTROPY_ATOL + ENTROPY_RTOL * want_h)).all(), (scale, h - want_h)
+        exact = logits.double().softmax(-1).mul(logits.double().log_softmax(-1)).nan_to_num().sum(-1).neg()
+        tolerance = ENTROPY_ATOL + ENTROPY_RTOL * exact
+        assert ((h - exact).abs() <= 0.1 * tolerance).all(), (scale, h - exact)
+        assert ((h - want_h).abs() <= 0.25 * tolerance).all(), (scale, h - want_h)
         assert ((ids == want_ids) | (ids == -1)).all() and (ids != -1).sum() >= 11
 
 

@@ -83,6 +83,9 @@ TRANSPOSED_GEMV_MAX_BYTES = 2 << 30
 PANELS_MAX_BYTES = 2 << 30
 # transparent huge pages (`huge_page_tensor`): the size and alignment of one
 HUGE_PAGE = 2 << 20
+# `wedlm_cpu::linear`'s unpacked-oneDNN row threshold for a matmul that never takes oneDNN
+# (`panel_linear`): rows beyond FEW_ROWS_MAX go to BLAS
+_NO_ONEDNN_ROWS = 1 << 62
 
 # key -> weak reference to a prepacked weight (`pack_weight`). The module that owns the packed
 # tensor holds the only strong reference, so a dropped engine frees it; the compiled graph sees
@@ -276,11 +279,34 @@ def _matmul(module: nn.Module, x: torch.Tensor, weight: torch.Tensor, bias: torc
     """F.linear, or `one_row_linear` on the module's transposed copy (`weight_t`) for one row
     once `use_transposed_gemv` made it, or `onednn_linear` (with the module's prepacked weight,
     `packed_key`) once `use_onednn_linear` set the module's `onednn`; both with the module's
-    column panels (`weight_panels`) once `use_panel_weights` made them."""
+    column panels (`weight_panels`) once `use_panel_weights` made them, which a module without
+    oneDNN runs through `panel_linear`."""
     if _one_row(module, x):
         return one_row_linear(x, module.weight_t, bias, module.weight_panels)
     if module.onednn:
         return onednn_linear(x, weight, bias, module.packed_key, module.weight_panels)
+    if module.weight_panels is not None:
+        return panel_linear(x, weight, bias, module.weight_panels)
+    return F.linear(x, weight, bias)
+
+
+def panel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                 panels: torch.Tensor) -> torch.Tensor:
+    """`F.linear(x, weight, bias)` for a matmul that BLAS runs (no oneDNN) but that has column
+    panels (`use_panel_weights`): inside a compiled graph with the C++ operators, `wedlm_cpu::linear`
+    runs 2 to FEW_ROWS_MAX rows by `few_rows_mm` on `panels` and more rows by BLAS (decided at run
+    time from the concrete row count, as `onednn_linear`'s rule); elsewhere F.linear.
+
+    Args:
+        x: [..., in_features]; weight: [out_features, in_features]; bias: [out_features] or None;
+        panels: `pack_panels(weight)`.
+
+    Returns:
+        [..., out_features], equal to F.linear within float32 summation order.
+    """
+    if (x.dtype == torch.float32 and _native_linear is not None and torch.compiler.is_compiling()
+            and x.numel() != x.shape[-1]):  # a symbolic size is never 1: this test adds no guard
+        return _native_linear(x, weight, bias, panels, 0, PACKED_MIN_MACS, _NO_ONEDNN_ROWS, FEW_ROWS_MAX)
     return F.linear(x, weight, bias)
 
 
@@ -298,7 +324,9 @@ class OneDNNLinear(nn.Linear):
 
 
 class TransposedGemvLinear(nn.Linear):
-    """nn.Linear that runs one-row inputs on its transposed copy `weight_t` (`use_transposed_gemv`)."""
+    """nn.Linear without oneDNN whose matmul is `_matmul`'s choice: one-row inputs on its transposed
+    copy `weight_t` (`use_transposed_gemv`) or on its column panels (`use_panel_weights`), which
+    compiled graphs also run 2 to FEW_ROWS_MAX rows on (`panel_linear`)."""
 
     onednn = False
     packed_key = 0
@@ -464,35 +492,48 @@ def use_transposed_gemv(model: QwenForCausalLM, max_bytes: int = TRANSPOSED_GEMV
     return True
 
 
-def pack_panels(weight: torch.Tensor) -> torch.Tensor:
+def pack_panels(weight: torch.Tensor, width: int | None = None) -> torch.Tensor:
     """weight [N, K] (float32, N a multiple of 16) in `few_rows_mm`'s layout: 1-D, N * K floats,
-    panel p (columns 64p..64p+63) as K rows of 64 floats, one block after another; the last panel
-    is N % 64 columns wide when N is not a multiple of 64. A copy: later changes to weight are not
-    seen. Raises ValueError for other widths."""
+    panel p (columns width p .. width (p + 1) - 1) as K rows of `width` floats, one block after
+    another; the last panel is N % width columns wide when N is not a multiple of width. `width`
+    defaults to the loaded C++ operators' (`torch.ops.wedlm_cpu.panel_columns()`: 64 when built
+    for AVX-512, else 16). A copy: later changes to weight are not seen.
+
+    Raises:
+        ValueError: N not a multiple of 16, or width not a positive multiple of 16.
+        RuntimeError: no width given and the C++ operators not loaded (`use_native_ops`).
+    """
     n, k = weight.shape
     if n % 16:
         raise ValueError(f"pack_panels: out_features must be a multiple of 16, got {n}")
+    if width is None:
+        if not native.load():
+            raise RuntimeError("pack_panels: the C++ operators are not loaded; give the panel width")
+        width = torch.ops.wedlm_cpu.panel_columns()
+    if width <= 0 or width % 16:
+        raise ValueError(f"pack_panels: width must be a positive multiple of 16, got {width}")
     wt = weight.detach().t()
-    full = n - n % 64
-    parts = [wt[:, :full].reshape(k, full // 64, 64).permute(1, 0, 2).reshape(-1)]
+    full = n - n % width
+    parts = [wt[:, :full].reshape(k, full // width, width).permute(1, 0, 2).reshape(-1)]
     if full < n:
         parts.append(wt[:, full:].reshape(-1))
     return torch.cat(parts).contiguous()
 
 
 def use_panel_weights(model: QwenForCausalLM, max_bytes: int = PANELS_MAX_BYTES) -> bool:
-    """Give every oneDNN matmul (`use_onednn_linear`) of an `optimize_for_inference`d CPU float32
-    model a copy of its weight in column panels (`pack_panels`), which compiled graphs with the C++
-    operators run 1 to FEW_ROWS_MAX rows on (`wedlm_cpu::few_rows_mm`); in place. Returns whether
-    it did. The panels replace the module's transposed copy (`use_transposed_gemv`'s `weight_t`,
-    dropped): one-row matmuls run on them too, eager ones included. Memory: a copy of those
-    weights instead of another (16 MB for the shipped model, 540 MB for SmolLM2-135M); models whose
-    matmul weights exceed `max_bytes`, or with a weight whose out_features is not a multiple of
-    16, are left alone. Needs the engine's C++ operators (`use_native_ops`). Idempotent; weights
+    """Give every matmul of an `optimize_for_inference`d CPU float32 model a copy of its weight in
+    column panels (`pack_panels`), which compiled graphs with the C++ operators run 1 to
+    FEW_ROWS_MAX rows on (`wedlm_cpu::few_rows_mm`); in place. Returns whether it did. More rows
+    keep their kernel: oneDNN where `use_onednn_linear` routed the matmul there, else BLAS
+    (`panel_linear`). The panels replace the module's transposed copy (`use_transposed_gemv`'s
+    `weight_t`, dropped): one-row matmuls run on them too, eager ones included. Memory: a copy of
+    those weights instead of another (16 MB for the shipped model, 540 MB for SmolLM2-135M); models
+    whose matmul weights exceed `max_bytes`, or with a weight whose out_features is not a multiple
+    of 16, are left alone. Needs the engine's C++ operators (`use_native_ops`). Idempotent; weights
     changed afterwards need another call."""
     if _native_linear is None or model.dtype != torch.float32 or model.device.type != "cpu":
         return False
-    targets = [(module, weight) for module, weight in _matmuls(model) if module.onednn]
+    targets = _matmuls(model)
     if (not targets or any(w.dtype != torch.float32 or w.shape[0] % 16 for _, w in targets)
             or sum(w.numel() * w.element_size() for _, w in targets) > max_bytes):
         return False
@@ -504,6 +545,8 @@ def use_panel_weights(model: QwenForCausalLM, max_bytes: int = PANELS_MAX_BYTES)
         panels = block[start:start + weight.numel()]
         panels.copy_(pack_panels(weight))
         module.weight_panels, module.weight_t = panels, None
+        if type(module) is nn.Linear:  # a plain linear never reads weight_panels
+            module.__class__ = TransposedGemvLinear
         start += weight.numel()
     return True
 

@@ -1,10 +1,13 @@
 """The engine's C++ CPU operators (`csrc/`), built on first use and cached on disk.
 
 `load()` builds `csrc/` with the system's C++ compiler (the one inductor's compiled forward
-needs anyway) through `torch.utils.cpp_extension`, once per machine, torch version and source:
-the library lands in `cache_dir()/torch-extensions/<torch version>/` and a later process only
-loads it (10-18 s to build on one Zen 4 core, ~10 ms to load). Compiled CPU graphs
-call its operators (`fast_model.use_native_ops`):
+needs anyway) through `torch.utils.cpp_extension`, once per machine, torch version, source and
+instruction set: the library lands in `cache_dir()/torch-extensions/<torch version>/` and a later
+process only loads it (10-18 s to build on one Zen 4 core, ~10 ms to load). It is built for the
+widest vector instruction set the CPU has (`instruction_set`: AVX-512, AVX2 with FMA, or the
+compiler's baseline), whose registers the kernels' vectors match (`csrc/simd.h`); a cache folder
+shared by machines with other CPUs keeps one build per set. Compiled CPU graphs call its
+operators (`fast_model.use_native_ops`):
 
 * `torch.ops.wedlm_cpu.linear`: the float32 matmul of two or more rows (`fast_model.onednn_linear`):
   `few_rows_mm` up to `fast_model.FEW_ROWS_MAX` rows, else oneDNN on a prepacked weight, with
@@ -38,11 +41,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import platform
 import threading
 from pathlib import Path
 
 import torch
 
+from ..hardware import cpu_flags
 from ..model.source import cache_dir
 
 log = logging.getLogger(__name__)
@@ -50,6 +55,9 @@ log = logging.getLogger(__name__)
 CSRC = Path(__file__).parent / "csrc"
 # one translation unit that includes the others (`csrc/wedlm_cpu.cpp`: torch's headers parsed once)
 SOURCE = CSRC / "wedlm_cpu.cpp"
+
+# compiler flags of each instruction set the library is built for (GCC and Clang spellings)
+ISA_FLAGS = {"avx512": ["-mavx512f", "-mavx2", "-mfma"], "avx2": ["-mavx2", "-mfma"], "base": []}
 
 _lock = threading.Lock()
 _state: dict[str, bool] = {}
@@ -72,10 +80,25 @@ def load() -> bool:
         return _state["loaded"]
 
 
+def instruction_set(flags: set[str] | None = None, machine: str | None = None) -> str:
+    """The vector instruction set the C++ operators are built for here: "avx512" (an x86-64 CPU with
+    AVX-512F, AVX2 and FMA), "avx2" (AVX2 and FMA) or "base" (the compiler's default for the
+    machine: SSE2 on x86-64, NEON on arm64). `flags` and `machine` default to this CPU's
+    (/proc/cpuinfo, `platform.machine()`)."""
+    machine = platform.machine() if machine is None else machine
+    if machine.lower() not in ("x86_64", "amd64"):
+        return "base"
+    flags = cpu_flags() if flags is None else flags
+    if {"avx512f", "avx2", "fma"} <= flags:
+        return "avx512"
+    return "avx2" if {"avx2", "fma"} <= flags else "base"
+
+
 def _build() -> bool:
-    digest = sources_digest()
-    # the sources' hash in the name: an edited source builds anew instead of loading a stale library
-    name = f"wedlm_cpu_{digest[:12]}"
+    digest, isa = sources_digest(), instruction_set()
+    # the sources' hash in the name: an edited source builds anew instead of loading a stale
+    # library; the instruction set: a build for another CPU's would stop this one (SIGILL)
+    name = f"wedlm_cpu_{isa}_{digest[:12]}"
     folder = build_dir() / name
     built = folder / f"{name}.so"
     try:
@@ -85,9 +108,10 @@ def _build() -> bool:
             from torch.utils import cpp_extension
 
             folder.mkdir(parents=True, exist_ok=True)
-            log.info("building the engine's C++ operators into %s (once per machine and torch version)", folder)
+            log.info("building the engine's C++ operators (%s) into %s (once per machine and torch version)", isa,
+                     folder)
             cpp_extension.load(name=name, sources=[str(SOURCE)], build_directory=str(folder),
-                               is_python_module=False, extra_cflags=["-O3"], verbose=False)
+                               is_python_module=False, extra_cflags=["-O3", *ISA_FLAGS[isa]], verbose=False)
     except Exception as err:  # any build or load failure leaves the Python operator in place
         log.warning("C++ operators not built (%s: %s); the compiled forward keeps torch's kernels",
                     type(err).__name__, str(err).strip().splitlines()[-1] if str(err).strip() else "")

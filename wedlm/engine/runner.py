@@ -122,7 +122,7 @@ class ModelRunner:
                                 and use_transposed_gemv(self.model))
         # the compiled graph's float32 matmuls and attention by the engine's C++ operators (`native.py`)
         self.native_ops = not enforce_eager and model.device.type == "cpu" and not sharded and use_native_ops()
-        # their few-row matmuls on column-panel copies of the oneDNN weights (`few_rows_mm`)
+        # their few-row matmuls on column-panel copies of the weights (`few_rows_mm`)
         self.panel_weights = self.native_ops and fast_path and use_panel_weights(self.model)
         # the causal mask as prefix lengths, which the C++ window attention reads (float32 graphs)
         self.key_ends = self.native_ops and autocast is None and model.dtype == torch.float32

@@ -3,7 +3,7 @@
 // cached tokens. torch's CPU SDPA runs this through its flash kernel and BLAS calls sized for
 // blocks of queries (~30 us a layer over 500 keys for the shipped model on a Zen 4 core).
 //
-// Each score is a dot product over the head dimension in 16-float vectors and one horizontal sum;
+// Each score is a dot product over the head dimension in vectors and one horizontal sum;
 // the exponentials use a degree-6 polynomial (Cephes' expf, ~1 ulp) and the weighted sum of
 // values keeps its accumulators in registers. Grouped-query heads: query head h reads KV head
 // h / (Hq / Hkv). Results equal SDPA's within float32 rounding.
@@ -14,6 +14,7 @@
 #include "heads.h"
 #include "simd.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace {
@@ -21,39 +22,35 @@ namespace {
 using namespace wedlm_heads;
 using namespace wedlm_simd;
 
-inline float horizontal_sum(v16 x) {
-  x += __builtin_shuffle(x, i16{8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
-  x += __builtin_shuffle(x, i16{4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3});
-  x += __builtin_shuffle(x, i16{2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1});
-  x += __builtin_shuffle(x, i16{1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0});
-  return x[0];
-}
-
 inline float dot(const float* a, const float* b, int64_t D) {
-  v16 acc{};
+  vf acc{};
   int64_t d = 0;
-  for (; d + LANES <= D; d += LANES) acc += *(const v16*)(a + d) * *(const v16*)(b + d);
+  for (; d + LANES <= D; d += LANES) acc += *(const vf*)(a + d) * *(const vf*)(b + d);
   float s = horizontal_sum(acc);
   for (; d < D; ++d) s += a[d] * b[d];
   return s;
 }
 
-// out[0 : 16 V] = inv * sum_j p[j] v_j[0 : 16 V] (v_j: value row j of sequence b, KV head g); the
-// V accumulators stay in registers.
+// out[c0 : c0 + V LANES] = inv * sum_j p[j] v_j[c0 : ...] (v_j: value row j of sequence b, KV head g);
+// the V accumulators stay in registers.
 template <int V>
-inline void weighted_row(const float* p, const KeyView& v, int64_t b, int64_t g, int64_t keys, float inv, float* out) {
-  v16 acc[V];
-  for (int u = 0; u < V; ++u) acc[u] = v16{};
+inline void weighted_row(const float* p, const KeyView& v, int64_t b, int64_t g, int64_t keys, int64_t c0, float inv,
+                         float* out) {
+  vf acc[V];
+  for (int u = 0; u < V; ++u) acc[u] = vf{};
   for (int64_t j = 0; j < keys; ++j) {
-    const float* vj = v.at(b, g, j);
-    for (int u = 0; u < V; ++u) acc[u] += p[j] * *(const v16*)(vj + u * LANES);
+    const float* vj = v.at(b, g, j) + c0;
+    for (int u = 0; u < V; ++u) acc[u] += p[j] * *(const vf*)(vj + u * LANES);
   }
-  for (int u = 0; u < V; ++u) *(v16*)(out + u * LANES) = acc[u] * inv;
+  for (int u = 0; u < V; ++u) *(vf*)(out + c0 + u * LANES) = acc[u] * inv;
 }
 
+// vectors of the head dimension per pass over the keys (at most 8; of 32 registers with AVX-512, 16 otherwise)
+constexpr int64_t ROW_VECTORS = LANES == 16 ? 8 : 4;
+
 // Query head h of sequence b: out[0:D].
-WEDLM_CLONES void attend_one(const HeadView& q, const KeyView& k, const KeyView& v, int64_t keys, int64_t dim,
-                             int64_t group, int64_t b, int64_t h, float scale, float* scores, float* out) {
+void attend_one(const HeadView& q, const KeyView& k, const KeyView& v, int64_t keys, int64_t dim, int64_t group,
+                int64_t b, int64_t h, float scale, float* scores, float* out) {
   const int64_t g = h / group;
   const float* qh = q.data + b * q.batch + h * q.head;
   float top = -__builtin_inff();
@@ -63,34 +60,42 @@ WEDLM_CLONES void attend_one(const HeadView& q, const KeyView& k, const KeyView&
     top = s > top ? s : top;
   }
   const int64_t full = keys / LANES * LANES;
-  v16 sum{};
+  vf sum{};
   for (int64_t j = 0; j < full; j += LANES) {
-    const v16 p = exp_nonpositive(*(const v16*)(scores + j) - top);
-    *(v16*)(scores + j) = p;
+    const vf p = exp_nonpositive(*(const vf*)(scores + j) - top);
+    *(vf*)(scores + j) = p;
     sum += p;
   }
   float total = horizontal_sum(sum);
   for (int64_t j = full; j < keys; ++j) {
-    v16 x{};
+    vf x{};
     x[0] = scores[j] - top;
     scores[j] = exp_nonpositive(x)[0];
     total += scores[j];
   }
   const float inv = 1.0f / total;
-  switch (dim) {
-    case 16: return weighted_row<1>(scores, v, b, g, keys, inv, out);
-    case 32: return weighted_row<2>(scores, v, b, g, keys, inv, out);
-    case 48: return weighted_row<3>(scores, v, b, g, keys, inv, out);
-    case 64: return weighted_row<4>(scores, v, b, g, keys, inv, out);
-    case 128: return weighted_row<8>(scores, v, b, g, keys, inv, out);
-    default: break;
+  // passes of up to ROW_VECTORS vectors, then the last dim % LANES values one by one; each output
+  // sums over the keys in order whatever the pass
+  const int64_t vectors = dim / LANES;
+  for (int64_t u = 0; u < vectors;) {
+    const int64_t c = std::min(ROW_VECTORS, vectors - u);
+    switch (c) {
+      case 1: weighted_row<1>(scores, v, b, g, keys, u * LANES, inv, out); break;
+      case 2: weighted_row<2>(scores, v, b, g, keys, u * LANES, inv, out); break;
+      case 3: weighted_row<3>(scores, v, b, g, keys, u * LANES, inv, out); break;
+      case 4: weighted_row<4>(scores, v, b, g, keys, u * LANES, inv, out); break;
+      case 5: weighted_row<5>(scores, v, b, g, keys, u * LANES, inv, out); break;
+      case 6: weighted_row<6>(scores, v, b, g, keys, u * LANES, inv, out); break;
+      case 7: weighted_row<7>(scores, v, b, g, keys, u * LANES, inv, out); break;
+      default: weighted_row<8>(scores, v, b, g, keys, u * LANES, inv, out); break;
+    }
+    u += c;
   }
-  for (int64_t d = 0; d < dim; ++d) out[d] = 0.f;
-  for (int64_t j = 0; j < keys; ++j) {
-    const float* vj = v.at(b, g, j);
-    for (int64_t d = 0; d < dim; ++d) out[d] += scores[j] * vj[d];
+  for (int64_t d = vectors * LANES; d < dim; ++d) {
+    float sum = 0.f;
+    for (int64_t j = 0; j < keys; ++j) sum += scores[j] * v.at(b, g, j)[d];
+    out[d] = sum * inv;
   }
-  for (int64_t d = 0; d < dim; ++d) out[d] *= inv;
 }
 
 // q [B, Hq, 1, D], k/v [B, Hkv, Lk, D] with Lk >= 1 (any strides, last dimension contiguous), or

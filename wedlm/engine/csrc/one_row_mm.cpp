@@ -17,8 +17,7 @@ namespace {
 using namespace wedlm_simd;
 
 // y[n0:n1] = x @ wt[:, n0:n1]
-WEDLM_CLONES void rows_stream(const float* x, const float* wt, int64_t K, int64_t N, int64_t n0, int64_t n1,
-                              float* y) {
+void rows_stream(const float* x, const float* wt, int64_t K, int64_t N, int64_t n0, int64_t n1, float* y) {
   for (int64_t n = n0; n < n1; ++n) y[n] = 0.f;
   int64_t k = 0;
   for (; k + 4 <= K; k += 4) {
@@ -28,13 +27,13 @@ WEDLM_CLONES void rows_stream(const float* x, const float* wt, int64_t K, int64_
     const float* w2 = w1 + N;
     const float* w3 = w2 + N;
     int64_t n = n0;
-    for (; n + 16 <= n1; n += 16) {
-      v16 acc = *(const v16*)(y + n);
-      acc += x0 * *(const v16*)(w0 + n);
-      acc += x1 * *(const v16*)(w1 + n);
-      acc += x2 * *(const v16*)(w2 + n);
-      acc += x3 * *(const v16*)(w3 + n);
-      *(v16*)(y + n) = acc;
+    for (; n + LANES <= n1; n += LANES) {
+      vf acc = *(const vf*)(y + n);
+      acc += x0 * *(const vf*)(w0 + n);
+      acc += x1 * *(const vf*)(w1 + n);
+      acc += x2 * *(const vf*)(w2 + n);
+      acc += x3 * *(const vf*)(w3 + n);
+      *(vf*)(y + n) = acc;
     }
     for (; n < n1; ++n) y[n] = (((y[n] + x0 * w0[n]) + x1 * w1[n]) + x2 * w2[n]) + x3 * w3[n];
   }

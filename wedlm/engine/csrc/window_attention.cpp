@@ -5,11 +5,13 @@
 // the shipped model's 16-slot window over 500 keys on a Zen 4 core, about half the core's FMA rate).
 //
 // Per (sequence, KV head) the query rows of every head that reads it are transposed into 16-row
-// columns, so each score column S[rows, j] is a sum over the head dimension of k[j, d] times a
-// 16-float vector: keys are read in place, no horizontal sums. The softmax runs across keys for 16
-// rows at once (one lane per row) and the weighted values accumulate 8 rows at a time in
-// registers. Exponentials: a degree-6 polynomial (Cephes' expf, ~1 ulp). Results equal SDPA's
-// within float32 rounding.
+// columns (one vector with AVX-512, two with AVX2), so each score column S[rows, j] is a sum over
+// the head dimension of k[j, d] times those vectors: keys are read in place, no horizontal sums.
+// The softmax runs across keys for 16 rows at once (one lane per row) and the weighted values
+// accumulate a few rows at a time in registers. Tiles of 8 rows on AVX2 read every key twice as
+// often: the shipped model's 16-query window took 1.2x the time over 100-1000 keys on a Zen 3 core
+// (107 against 128 us over 500). Exponentials: a degree-6
+// polynomial (Cephes' expf, ~1 ulp). Results equal SDPA's within float32 rounding.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -27,42 +29,79 @@ namespace {
 using namespace wedlm_heads;
 using namespace wedlm_simd;
 
-// dest[l][0 : 16 V] = inv[l] * sum_j p[j * 16 + l] v[j] for l < n (p: the score columns, 16 apart);
-// the 8 x V accumulators stay in registers.
-template <int V>
-inline void weighted_values(const float* p, const float* const* vrows, int64_t span, int64_t n, const float* inv,
-                            float* const* dest) {
-  v16 acc[8][V];
-  for (int l = 0; l < 8; ++l)
-    for (int u = 0; u < V; ++u) acc[l][u] = v16{};
-  for (int64_t j = 0; j < span; ++j, p += LANES) {
-    const float* vb = vrows[j];
-    for (int u = 0; u < V; ++u) {
-      const v16 vv = *(const v16*)(vb + u * LANES);
-      for (int l = 0; l < 8; ++l) acc[l][u] += p[l] * vv;
+// Query rows per tile: the lanes of QV vectors (one with AVX-512, two with AVX2), and keys scored
+// at a time (KEYS x QV accumulators)
+constexpr int64_t TILE = 16;
+constexpr int QV = TILE / LANES;
+constexpr int KEYS = QV <= 2 ? 4 : 2;
+
+// Weighted values of R rows: dest[l][c0 : c0 + C LANES] = inv[l] * sum_j p[j * TILE + l] v_j[c0 : ...]
+// for l < n (p: the rows' lanes of the score columns); the R x C accumulators stay in registers.
+template <int R, int C>
+inline void weighted_values(const float* p, const float* const* vrows, int64_t span, int64_t n, int64_t c0,
+                            const float* inv, float* const* dest) {
+  vf acc[R][C];
+  for (int l = 0; l < R; ++l)
+    for (int u = 0; u < C; ++u) acc[l][u] = vf{};
+  for (int64_t j = 0; j < span; ++j, p += TILE) {
+    const float* vb = vrows[j] + c0;
+    for (int u = 0; u < C; ++u) {
+      const vf vv = *(const vf*)(vb + u * LANES);
+      for (int l = 0; l < R; ++l) acc[l][u] += p[l] * vv;
     }
   }
   for (int64_t l = 0; l < n; ++l)
-    for (int u = 0; u < V; ++u) *(v16*)(dest[l] + u * LANES) = acc[l][u] * inv[l];
+    for (int u = 0; u < C; ++u) *(vf*)(dest[l] + c0 + u * LANES) = acc[l][u] * inv[l];
 }
 
-// One (sequence b, KV head g) and one tile of up to 16 of its query rows (row r = head offset *
+// Rows per block of weighted values, and vectors of the head dimension per pass over the keys: 8 x 4
+// accumulators with AVX-512's 32 registers, 4 x 2 with AVX2's (and SSE's) 16.
+constexpr int64_t VALUE_ROWS = LANES == 16 ? 8 : 4;
+constexpr int VALUE_VECTORS = LANES == 16 ? 4 : 2;
+
+// dest[l][0:D] for l < n <= VALUE_ROWS: passes over the keys of up to VALUE_VECTORS vectors each, then
+// the last D % LANES values one by one. Each output sums over the keys in order whatever the pass.
+inline void weighted_rows(const float* p, const float* const* vrows, int64_t span, int64_t n, int64_t D,
+                          const float* inv, float* const* dest) {
+  constexpr int R = VALUE_ROWS;
+  const int64_t vectors = D / LANES;
+  for (int64_t u = 0; u < vectors;) {
+    const int64_t c = std::min<int64_t>(VALUE_VECTORS, vectors - u);
+    switch (c) {
+      case 1: weighted_values<R, 1>(p, vrows, span, n, u * LANES, inv, dest); break;
+      case 2: weighted_values<R, 2>(p, vrows, span, n, u * LANES, inv, dest); break;
+      case 3: weighted_values<R, 3>(p, vrows, span, n, u * LANES, inv, dest); break;
+      default: weighted_values<R, VALUE_VECTORS>(p, vrows, span, n, u * LANES, inv, dest); break;
+    }
+    u += c;
+  }
+  for (int64_t l = 0; l < n; ++l) {
+    float* o = dest[l];
+    for (int64_t d = vectors * LANES; d < D; ++d) {
+      float sum = 0.f;
+      for (int64_t j = 0; j < span; ++j) sum += p[j * TILE + l] * vrows[j][d];
+      o[d] = sum * inv[l];
+    }
+  }
+}
+
+// One (sequence b, KV head g) and one tile of up to TILE of its query rows (row r = head offset *
 // Lq + query), whose heads all read KV head g. Each row sees keys 0..key_ends[b * Lq + query]-1
 // when `key_ends` is given, else the mask's visible keys.
-WEDLM_CLONES void attend_tile(const HeadView& q, const KeyView& k, const KeyView& v, const bool* mask, int64_t mask_b,
-                              const int64_t* key_ends, int64_t Lq, int64_t Lk, int64_t D, int64_t group, int64_t b,
-                              int64_t g, int64_t r0, int64_t rows, float scale, float* st, float* qt,
-                              const float** krows, const float** vrows, float* out, int64_t Hq) {
+void attend_tile(const HeadView& q, const KeyView& k, const KeyView& v, const bool* mask, int64_t mask_b,
+                 const int64_t* key_ends, int64_t Lq, int64_t Lk, int64_t D, int64_t group, int64_t b, int64_t g,
+                 int64_t r0, int64_t rows, float scale, float* st, float* qt, const float** krows,
+                 const float** vrows, float* out, int64_t Hq) {
   const float neg_inf = -std::numeric_limits<float>::infinity();
   // qt[d][lane] = q of row r0 + lane (zeros in unused lanes)
   for (int64_t d = 0; d < D; ++d)
-    for (int64_t l = 0; l < LANES; ++l) qt[d * LANES + l] = 0.f;
-  int64_t end[LANES];
+    for (int64_t l = 0; l < TILE; ++l) qt[d * TILE + l] = 0.f;
+  int64_t end[TILE];
   bool holes = false;
   for (int64_t l = 0; l < rows; ++l) {
     const int64_t r = r0 + l, h = g * group + r / Lq, i = r % Lq;
     const float* qr = q.data + b * q.batch + h * q.head + i * q.row;
-    for (int64_t d = 0; d < D; ++d) qt[d * LANES + l] = qr[d];
+    for (int64_t d = 0; d < D; ++d) qt[d * TILE + l] = qr[d];
     int64_t e = Lk;
     if (key_ends != nullptr) {
       e = std::min(std::max(key_ends[b * Lq + i], int64_t{0}), Lk);
@@ -74,10 +113,10 @@ WEDLM_CLONES void attend_tile(const HeadView& q, const KeyView& k, const KeyView
     end[l] = e;
   }
   int64_t span = 0;
-  v16 endv;
-  for (int64_t l = 0; l < LANES; ++l) {
+  vf endv[QV];
+  for (int64_t l = 0; l < TILE; ++l) {
     const int64_t e = l < rows ? end[l] : 0;
-    endv[l] = static_cast<float>(e);
+    endv[l / LANES][l % LANES] = static_cast<float>(e);
     span = e > span ? e : span;
   }
   // where each key and value row of the span lies (in place in a paged cache, or in a [B, Hkv, Lk, D] view)
@@ -85,87 +124,82 @@ WEDLM_CLONES void attend_tile(const HeadView& q, const KeyView& k, const KeyView
     krows[j] = k.at(b, g, j);
     vrows[j] = v.at(b, g, j);
   }
-  // scores, one 16-row column per key: st[j][lane]
-  v16 top = splat(neg_inf);
+  // scores, one TILE-row column per key: st[j][lane]; a key beyond a row's end scores -inf
+  vf top[QV];
+  for (int u = 0; u < QV; ++u) top[u] = splat(neg_inf);
+  auto keep = [&](const vf* s, int64_t key) {
+    for (int u = 0; u < QV; ++u) {
+      vf x = s[u] * scale;
+      x = splat(static_cast<float>(key)) < endv[u] ? x : splat(neg_inf);
+      *(vf*)(st + key * TILE + u * LANES) = x;
+      top[u] = x > top[u] ? x : top[u];
+    }
+  };
   int64_t j = 0;
-  // four keys at a time: each load of a query column feeds four independent FMA chains
-  for (; j + 4 <= span; j += 4) {
-    v16 s0{}, s1{}, s2{}, s3{};
-    const float *k0 = krows[j], *k1 = krows[j + 1], *k2 = krows[j + 2], *k3 = krows[j + 3];
+  // KEYS keys at a time: each load of a query column feeds KEYS x QV independent FMA chains
+  for (; j + KEYS <= span; j += KEYS) {
+    vf s[KEYS][QV] = {};
     for (int64_t d = 0; d < D; ++d) {
-      const v16 qd = *(const v16*)(qt + d * LANES);
-      s0 += k0[d] * qd;
-      s1 += k1[d] * qd;
-      s2 += k2[d] * qd;
-      s3 += k3[d] * qd;
+      vf qd[QV];
+#pragma GCC unroll 4
+      for (int u = 0; u < QV; ++u) qd[u] = *(const vf*)(qt + d * TILE + u * LANES);
+#pragma GCC unroll 4
+      for (int c = 0; c < KEYS; ++c) {
+        const float kd = krows[j + c][d];
+#pragma GCC unroll 4
+        for (int u = 0; u < QV; ++u) s[c][u] += kd * qd[u];
+      }
     }
-    const v16 sc[4] = {s0, s1, s2, s3};
-    for (int u = 0; u < 4; ++u) {
-      v16 x = sc[u] * scale;
-      x = splat(static_cast<float>(j + u)) < endv ? x : splat(neg_inf);
-      *(v16*)(st + (j + u) * LANES) = x;
-      top = x > top ? x : top;
-    }
+    for (int c = 0; c < KEYS; ++c) keep(s[c], j + c);
   }
   for (; j < span; ++j) {
     const float* kj = krows[j];
-    v16 s0{};
-    for (int64_t d = 0; d < D; ++d) s0 += kj[d] * *(const v16*)(qt + d * LANES);
-    v16 x = s0 * scale;
-    x = splat(static_cast<float>(j)) < endv ? x : splat(neg_inf);
-    *(v16*)(st + j * LANES) = x;
-    top = x > top ? x : top;
+    vf s[QV] = {};
+    for (int64_t d = 0; d < D; ++d)
+      for (int u = 0; u < QV; ++u) s[u] += kj[d] * *(const vf*)(qt + d * TILE + u * LANES);
+    keep(s, j);
   }
   if (holes) {
     for (int64_t l = 0; l < rows; ++l) {
       const bool* m = mask + b * mask_b + ((r0 + l) % Lq) * Lk;
       for (int64_t j = 0; j < end[l]; ++j)
-        if (!m[j]) st[j * LANES + l] = neg_inf;
+        if (!m[j]) st[j * TILE + l] = neg_inf;
     }
-    top = splat(neg_inf);
-    for (int64_t j = 0; j < span; ++j) {
-      const v16 s = *(const v16*)(st + j * LANES);
-      top = s > top ? s : top;
+    for (int u = 0; u < QV; ++u) {
+      top[u] = splat(neg_inf);
+      for (int64_t j = 0; j < span; ++j) {
+        const vf s = *(const vf*)(st + j * TILE + u * LANES);
+        top[u] = s > top[u] ? s : top[u];
+      }
     }
   }
   // a lane with no visible key (an unused lane, or a fully masked row) weighs every key 0; its
   // total stays 0 and the row comes out 0, as SDPA's on a CPU
-  top = top == splat(neg_inf) ? splat(0.f) : top;
-  v16 total{};
-  for (int64_t j = 0; j < span; ++j) {
-    const v16 x = *(const v16*)(st + j * LANES) - top;
-    v16 p = exp_nonpositive(x);
-    p = x == splat(neg_inf) ? splat(0.f) : p;
-    *(v16*)(st + j * LANES) = p;
-    total += p;
+  float total[TILE];
+  for (int u = 0; u < QV; ++u) {
+    const vf t = top[u] == splat(neg_inf) ? splat(0.f) : top[u];
+    vf sum{};
+    for (int64_t j = 0; j < span; ++j) {
+      float* sj = st + j * TILE + u * LANES;
+      const vf x = *(const vf*)sj - t;
+      vf p = exp_nonpositive(x);
+      p = x == splat(neg_inf) ? splat(0.f) : p;
+      *(vf*)sj = p;
+      sum += p;
+    }
+    for (int64_t l = 0; l < LANES; ++l) total[u * LANES + l] = sum[l];
   }
-  // weighted values, 8 rows at a time: out[row] = sum_j p[j][row] v[j] / total[row]
-  for (int64_t l0 = 0; l0 < rows; l0 += 8) {
-    const int64_t n = rows - l0 < 8 ? rows - l0 : 8;
-    float* dest[8];
-    float inv[8];
+  // weighted values, VALUE_ROWS rows at a time: out[row] = sum_j p[j][row] v[j] / total[row]
+  for (int64_t l0 = 0; l0 < rows; l0 += VALUE_ROWS) {
+    const int64_t n = std::min(rows - l0, VALUE_ROWS);
+    float* dest[VALUE_ROWS];
+    float inv[VALUE_ROWS];
     for (int64_t l = 0; l < n; ++l) {
       const int64_t r = r0 + l0 + l, h = g * group + r / Lq, i = r % Lq;
       dest[l] = out + ((b * Lq + i) * Hq + h) * D;
       inv[l] = total[l0 + l] > 0.f ? 1.0f / total[l0 + l] : 0.f;
     }
-    switch (D) {
-      case 16: weighted_values<1>(st + l0, vrows, span, n, inv, dest); break;
-      case 32: weighted_values<2>(st + l0, vrows, span, n, inv, dest); break;
-      case 48: weighted_values<3>(st + l0, vrows, span, n, inv, dest); break;
-      case 64: weighted_values<4>(st + l0, vrows, span, n, inv, dest); break;
-      default:
-        for (int64_t l = 0; l < n; ++l) {
-          float* o = dest[l];
-          for (int64_t d = 0; d < D; ++d) o[d] = 0.f;
-          for (int64_t j = 0; j < span; ++j) {
-            const float p = st[j * LANES + l0 + l];
-            const float* vj = vrows[j];
-            for (int64_t d = 0; d < D; ++d) o[d] += p * vj[d];
-          }
-          for (int64_t d = 0; d < D; ++d) o[d] *= inv[l];
-        }
-    }
+    weighted_rows(st + l0, vrows, span, n, D, inv, dest);
   }
 }
 
@@ -202,14 +236,14 @@ at::Tensor window_attention(const at::Tensor& q, const at::Tensor& k, const at::
   const KeyView kv = key_view(k, slots), vv = key_view(v, slots);
   const bool* m = flat_mask.defined() ? flat_mask.data_ptr<bool>() : nullptr;
   const int64_t* e = ends.defined() ? ends.data_ptr<int64_t>() : nullptr;
-  const int64_t group = Hq / Hkv, rows = group * Lq, tiles = (rows + LANES - 1) / LANES;
+  const int64_t group = Hq / Hkv, rows = group * Lq, tiles = (rows + TILE - 1) / TILE;
   float* o = out.data_ptr<float>();
   at::parallel_for(0, B * Hkv * tiles, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> st(Lk * LANES + LANES), qt(D * LANES);
+    std::vector<float> st(Lk * TILE + TILE), qt(D * TILE);
     std::vector<const float*> krows(Lk), vrows(Lk);
     for (int64_t t = begin; t < end; ++t) {
       const int64_t tile = t % tiles, bg = t / tiles, b = bg / Hkv, g = bg % Hkv;
-      const int64_t r0 = tile * LANES, n = rows - r0 < LANES ? rows - r0 : LANES;
+      const int64_t r0 = tile * TILE, n = rows - r0 < TILE ? rows - r0 : TILE;
       attend_tile(qv, kv, vv, m, mask_b, e, Lq, Lk, D, group, b, g, r0, n, static_cast<float>(scale), st.data(),
                   qt.data(), krows.data(), vrows.data(), o, Hq);
     }
