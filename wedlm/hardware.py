@@ -13,6 +13,10 @@ import platform
 from pathlib import Path
 
 BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+# int8 dot-product instructions (AMX tiles, AVX512-VNNI, AVX-VNNI), which torch's int8 matmul needs
+# to run fast: without them `torch._int_mm` took 4.9 ms for [16, 192] x [192, 1024] on a Zen 3
+# core, 31x the float32 product
+INT8_FLAGS = ("amx_int8", "avx512_vnni", "avx_vnni")
 
 
 def _cpuinfo_field(key: str, cpuinfo: str | None = None) -> str | None:
@@ -63,6 +67,16 @@ def cpu_has_bf16_units(flags: set[str] | None = None) -> bool:
             return env == "1"
         flags = cpu_flags()
     return any(f in flags for f in BF16_FLAGS)
+
+
+def cpu_has_int8_units(flags: set[str] | None = None) -> bool:
+    """True when the CPU has int8 dot-product instructions (`INT8_FLAGS`), or is not an x86 CPU
+    (where /proc/cpuinfo names no such flags: torch's own kernels are left to decide)."""
+    if flags is None:
+        if platform.machine().lower() not in ("x86_64", "amd64"):
+            return True
+        flags = cpu_flags()
+    return any(f in flags for f in INT8_FLAGS)
 
 
 def training_precision(requested: str, cuda: bool, flags: set[str] | None = None) -> str:

@@ -409,24 +409,26 @@ import sys, torch, torch.nn.functional as F
 from torch.utils import cpp_extension
 from wedlm.engine import native
 cpp_extension.load(name=sys.argv[1], sources=[str(native.SOURCE)], build_directory=sys.argv[2], is_python_module=False,
-                   extra_cflags=["-O3", *native.ISA_FLAGS[sys.argv[3]]], verbose=False)
+                   extra_cflags=["-O3", *sys.argv[4:]], verbose=False)
 gen = torch.Generator().manual_seed(0)
 x, wt = torch.randn(1, 192, generator=gen), torch.randn(192, 385, generator=gen)
 assert (torch.ops.wedlm_cpu.one_row_mm(x, wt) - x @ wt).abs().max() < 1e-4
 from wedlm.engine.fast_model import pack_panels
-x, w = torch.randn(13, 192, generator=gen), torch.randn(400, 192, generator=gen)
 width = torch.ops.wedlm_cpu.panel_columns()
 assert width == (64 if sys.argv[3] == "avx512" else 16)
-for rows in (1, 2, 13):
-    got = torch.ops.wedlm_cpu.few_rows_mm(x[:rows], pack_panels(w, width), 400, None)
-    assert (got - x[:rows] @ w.t()).abs().max() < 1e-4
-q = torch.randn(1, 9, 4, 48, generator=gen).transpose(1, 2)
-k, v = (torch.randn(1, 70, 2, 48, generator=gen).transpose(1, 2) for _ in range(2))
-mask = (torch.arange(70)[None, :] <= 61 + torch.arange(9)[:, None])[None, None]
-want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.2, enable_gqa=True)
-assert (torch.ops.wedlm_cpu.window_attention(q, k, v, mask, 0.2) - want).abs().max() < 2e-6
-want = F.scaled_dot_product_attention(q[:, :, :1], k, v, scale=0.2, enable_gqa=True)
-assert (torch.ops.wedlm_cpu.one_query_attention(q[:, :, :1].contiguous(), k, v, 0.2) - want).abs().max() < 2e-6
+for n in (16, 48, 80, 400):
+    x, w, b = torch.randn(16, 192, generator=gen), torch.randn(n, 192, generator=gen), torch.randn(n, generator=gen)
+    for rows in (1, 2, 5, 7, 13, 16):
+        got = torch.ops.wedlm_cpu.few_rows_mm(x[:rows], pack_panels(w, width), n, b)
+        assert (got - (x[:rows] @ w.t() + b)).abs().max() < 1e-4, (n, rows)
+for dim in (16, 20, 48, 64, 80, 128):
+    q = torch.randn(1, 9, 4, dim, generator=gen).transpose(1, 2)
+    k, v = (torch.randn(1, 70, 2, dim, generator=gen).transpose(1, 2) for _ in range(2))
+    mask = (torch.arange(70)[None, :] <= 61 + torch.arange(9)[:, None])[None, None]
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.2, enable_gqa=True)
+    assert (torch.ops.wedlm_cpu.window_attention(q, k, v, mask, 0.2) - want).abs().max() < 2e-6, dim
+    want = F.scaled_dot_product_attention(q[:, :, :1], k, v, scale=0.2, enable_gqa=True)
+    assert (torch.ops.wedlm_cpu.one_query_attention(q[:, :, :1].contiguous(), k, v, 0.2) - want).abs().max() < 2e-6, dim
 logits = 3 * torch.randn(5, 4099, generator=gen)
 probs = torch.softmax(logits, -1)
 h, ids = torch.ops.wedlm_cpu.greedy_scores(logits, 1e-5)
@@ -436,21 +438,26 @@ print("ok")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("isa", ["avx512", "avx2", "base"])
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "base", "lanes16"])
 def test_each_instruction_set_build_computes_the_same(tmp_path, isa):
     """The library is built for the CPU's widest instruction set (`native.instruction_set`), so a
     machine tests its own build in the default run; here every build this CPU can run is made
     under another name and checked against torch in a fresh process (an operator library
-    registers once per process)."""
+    registers once per process). "lanes16" is the AVX-512 layout (16-float vectors, 64-column
+    panels) built for the CPU's own set, where GCC lowers the vectors: the AVX-512 code paths,
+    checked on any CPU."""
     import subprocess
     import sys
 
     from wedlm.engine import native
 
-    runnable = {"avx512": ["avx512", "avx2", "base"], "avx2": ["avx2", "base"]}.get(native.instruction_set(), ["base"])
+    own = native.instruction_set()
+    runnable = {"avx512": ["avx512", "avx2", "base"], "avx2": ["avx2", "base"]}.get(own, ["base"]) + ["lanes16"]
     if isa not in runnable:
         pytest.skip(f"this CPU cannot run the {isa} build")
-    out = subprocess.run([sys.executable, "-c", _VARIANT_CHECK, f"wedlm_cpu_{isa}_check", str(tmp_path), isa],
+    flags = [*native.ISA_FLAGS[own], "-DWEDLM_LANES=16"] if isa == "lanes16" else native.ISA_FLAGS[isa]
+    out = subprocess.run([sys.executable, "-c", _VARIANT_CHECK, f"wedlm_cpu_{isa}_check", str(tmp_path),
+                          "avx512" if isa == "lanes16" else isa, *flags],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
 

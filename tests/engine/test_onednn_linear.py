@@ -188,7 +188,8 @@ def test_compiled_onednn_equals_eager(tiny_path, monkeypatch):
     eager = LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=16, device="cpu")
     compiled = LLM(str(tiny_path), kv_block_size=4, wedlm_window_size=16, device="cpu", enforce_eager=False)
     assert compiled.engine.runner.native_ops and not eager.engine.runner.native_ops
-    assert compiled.engine.matmuls.endswith("the compiled forward's matmuls and attention by the engine's C++ operators")
+    assert compiled.engine.matmuls.endswith("; compiled matmuls of 1 to 256 rows on column panels; the compiled "
+                                            "forward's matmuls and attention by the engine's C++ operators")
     # the column panels replace the transposed copies: an eager one-row matmul (a logits-free
     # chunk of one token) runs on them too, with the one-row kernel's values bit for bit
     runner = compiled.engine.runner

@@ -10,7 +10,8 @@ from torch import nn
 
 from wedlm import LLM, SamplingParams
 from wedlm.engine.chat import encode_chat
-from wedlm.engine.quantize import Int8Linear, int8_linear, quantize_int8
+from wedlm.engine.quantize import EXACT_FLOAT_MAX_K, Int8Linear, int8_linear, int8_matmuls, quantize_int8
+from wedlm.hardware import cpu_has_int8_units
 
 MODEL = Path(__file__).resolve().parents[2] / "models" / "wedlm-tiny"
 QUESTIONS = ["Count from 1 to 30.", "What is 47 + 38?", "Reverse the list: Tom, Anna, Ben, Mia.",
@@ -45,6 +46,40 @@ def test_rows_are_independent():
     assert q.qweight_t.abs().amax(dim=0).tolist() == [127] * 96  # each channel's largest weight maps to 127
 
 
+@pytest.mark.parametrize("k", [192, 512, EXACT_FLOAT_MAX_K])
+def test_float32_sums_of_int8_values_are_the_int32_sums(k):
+    """Where the CPU has no int8 dot-product instructions the products are summed by a float32
+    matmul on the int8 values: exact up to EXACT_FLOAT_MAX_K input features, also at the worst
+    case (every product 127^2 with one sign), so the values are torch._int_mm's bit for bit."""
+    assert EXACT_FLOAT_MAX_K == 1040 and 127 * 127 * EXACT_FLOAT_MAX_K < 2 ** 24 <= 127 * 127 * (EXACT_FLOAT_MAX_K + 1)
+    gen = torch.Generator().manual_seed(k)
+    q = quantize_int8(nn.Sequential(nn.Linear(k, 64)))[0]
+    q.qweight_t = torch.randint(-127, 128, (k, 64), generator=gen, dtype=torch.int8)
+    q.qweight_t[:, 0] = 127  # a column whose every product is 127^2 for the row below
+    x = torch.randn(17, k, generator=gen) * torch.linspace(0.1, 10, 17)[:, None]
+    x[0] = 1.0  # quantizes to 127 everywhere
+    with torch.no_grad():
+        want = int8_linear(x, q.qweight_t, q.wscale, q.bias)
+        got = int8_linear(x, q.qweight_t, q.wscale, q.bias, q.qweight_t.float())
+    assert torch.equal(got, want)
+
+
+def test_the_float32_path_is_taken_without_int8_units(monkeypatch):
+    """`pack` keeps the int8 values as float32 only on a CPU without VNNI / AMX and only for
+    layers whose sums it computes exactly."""
+    from wedlm.engine import quantize
+
+    assert cpu_has_int8_units({"avx512_vnni"}) and cpu_has_int8_units({"avx_vnni"}) and cpu_has_int8_units({"amx_int8"})
+    assert not cpu_has_int8_units({"avx2", "fma", "avx512f"})
+    for units, k, kept in [(False, 192, True), (False, EXACT_FLOAT_MAX_K + 1, False), (True, 192, False)]:
+        monkeypatch.setattr(quantize, "cpu_has_int8_units", lambda units=units: units)
+        q = quantize_int8(nn.Sequential(nn.Linear(k, 32)))[0]
+        assert (q.fweight_t is not None) is kept
+        if kept:
+            assert q.fweight_t.dtype == torch.float32 and torch.equal(q.fweight_t, q.qweight_t.float())
+        assert ("torch._int_mm" in quantize.int8_matmuls()) is units
+
+
 @pytest.fixture(scope="module")
 def int8_llm():
     return LLM(str(MODEL), device="cpu", quantization="int8")
@@ -56,7 +91,7 @@ def test_every_matmul_is_int8(int8_llm):
     assert len(linears) == 8 * 7 + 1 and all(type(m) is Int8Linear for m in linears)
     assert model.dtype == torch.float32  # the float32 parameters stay (state dict, tied embedding)
     assert model.lm_head.weight is model.model.embed_tokens.weight
-    assert "int8" in int8_llm.engine.precision and "torch._int_mm" in int8_llm.engine.matmuls
+    assert "int8" in int8_llm.engine.precision and int8_llm.engine.matmuls == int8_matmuls()
 
 
 def test_verified_equals_ar_under_int8(int8_llm):

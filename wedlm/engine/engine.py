@@ -24,6 +24,7 @@ import time
 
 from ..tokenizer import load_tokenizer, mask_token_id, stop_token_ids
 from .block_manager import BlockManager
+from .buckets import FEW_ROWS_MAX
 from .commit import commit_tokens, final_delta, progress_delta
 from .config import (
     EngineConfig,
@@ -43,7 +44,7 @@ from .logits_processors import apply_controls
 from .logprobs import prompt_logprobs, record, take
 from .outputs import StreamDelta, TokenLogprob
 from .parallel.build import load_engine_model, make_engine_runner
-from .quantize import INT8_MATMULS, check_quantization
+from .quantize import check_quantization, int8_matmuls
 from .request import Sequence
 from .runner import EngineDeadError, ForwardItem, ForwardOutput, ModelRunner
 from .sampling import make_generator
@@ -79,7 +80,7 @@ class Engine:
         # self.matmuls: which kernel runs the float32 matmuls, and why
         onednn_linear, self.matmuls = resolve_cpu_linear(device, dtype, autocast, config.tensor_parallel_size)
         if config.quantization:
-            onednn_linear, self.matmuls = False, INT8_MATMULS
+            onednn_linear, self.matmuls = False, int8_matmuls()
             self.precision = "float32 weights quantized to int8 per output channel, int8 activations per row"
         try:
             self.tokenizer = load_tokenizer(config.model)
@@ -97,7 +98,9 @@ class Engine:
         self.enforce_eager, why_eager = resolve_enforce_eager(config.enforce_eager, device)
         self.runner = make_engine_runner(self.model, num_blocks, config, device, dtype, autocast, onednn_linear,
                                          enforce_eager=self.enforce_eager)
-        if getattr(self.runner, "transposed_gemv", False):
+        if getattr(self.runner, "panel_weights", False):  # the panels replaced the transposed copies
+            self.matmuls += f"; compiled matmuls of 1 to {FEW_ROWS_MAX} rows on column panels"
+        elif getattr(self.runner, "transposed_gemv", False):
             self.matmuls += "; one-row matmuls on transposed weight copies"
         if getattr(self.runner, "native_ops", False):
             self.matmuls += "; the compiled forward's matmuls and attention by the engine's C++ operators"

@@ -72,7 +72,8 @@ PACKED_MIN_MACS = 1 << 19
 TRANSPOSED_GEMV_MAX_BYTES = 2 << 30
 # Compiled graphs with the C++ operators run the matmuls of 1 to FEW_ROWS_MAX rows (defined in
 # `buckets.py`, whose unpadded row counts stop there too) by `wedlm_cpu::few_rows_mm` on a copy
-# of the weight in 64-column panels (`pack_panels`): register tiles at the core's FMA rate, no
+# of the weight in column panels (`pack_panels`; 64 columns wide in the AVX-512 build, 16 in
+# others, `torch.ops.wedlm_cpu.panel_columns()`): register tiles at the core's FMA rate, no
 # fixed cost per call. On a Zen 4 core (one thread,
 # `python benchmarks/cpu_matmul.py`), the shipped model's matmuls (8 layers, each its own weights,
 # + lm_head) took 0.62 ms against prepacked oneDNN's 1.76 at 2 rows, 1.61 against 2.39 at 16, 3.32

@@ -9,16 +9,19 @@ compiler's baseline), whose registers the kernels' vectors match (`csrc/simd.h`)
 shared by machines with other CPUs keeps one build per set. Compiled CPU graphs call its
 operators (`fast_model.use_native_ops`):
 
-* `torch.ops.wedlm_cpu.linear`: the float32 matmul of two or more rows (`fast_model.onednn_linear`):
-  `few_rows_mm` up to `fast_model.FEW_ROWS_MAX` rows, else oneDNN on a prepacked weight, with
+* `torch.ops.wedlm_cpu.linear`: the float32 matmul of two or more rows (`fast_model.onednn_linear`,
+  `fast_model.panel_linear`): `few_rows_mm` up to `fast_model.FEW_ROWS_MAX` rows, else oneDNN on
+  a prepacked weight where the CPU takes oneDNN, else BLAS, with
   `torch.ops.wedlm_cpu.remember` for the prepacked weights' keys. The
   oneDNN operator written in Python costs one call into the interpreter per matmul (a batch-1
   `wedlm` step of the shipped model took ~1.14x the time with it).
-* `torch.ops.wedlm_cpu.few_rows_mm`: x[M, K] @ W^T on W packed in 64-column panels
-  (`fast_model.pack_panels`), a register-tiled loop that runs the matmuls of decode windows and
-  short prefills at the core's FMA rate (oneDNN ran the shipped model's 16-row matmuls at 45-100
-  GFLOP/s on a Zen 4 core, this loop at ~113; the same float32 sums in the same order for
-  K <= 512, so the same values as oneDNN there).
+* `torch.ops.wedlm_cpu.few_rows_mm`: x[M, K] @ W^T on W packed in column panels
+  (`fast_model.pack_panels`; 64 columns wide in the AVX-512 build, 16 in others:
+  `torch.ops.wedlm_cpu.panel_columns()`), a register-tiled loop that runs the matmuls of decode
+  windows and short prefills at the core's FMA rate (oneDNN ran the shipped model's 16-row
+  matmuls at 45-100 GFLOP/s on a Zen 4 core, this loop at ~113; MKL at 59-63 on a Zen 3 core, this
+  loop at 77-85; the same float32 sums in the same order for K <= 512, so the same values as
+  oneDNN there).
 * `torch.ops.wedlm_cpu.one_row_mm`: x[1, K] @ weight_t[K, N], the one-row float32 matmuls of a
   batch-1 `ar` step (`fast_model.one_row_linear`), a loop that streams the weights faster than
   torch's BLAS does on AMD CPUs (its kernel there is 4-wide SSE).

@@ -15,6 +15,14 @@ int8 dynamic-activation config does the same arithmetic behind a tensor subclass
 dispatch was slower than float32 on five of six matmul shapes of this size; here it is a few
 plain torch ops.
 
+On a CPU without int8 dot-product instructions (`hardware.cpu_has_int8_units`: no VNNI or AMX,
+e.g. an AVX2-only Zen 3) torch's int8 product is a slow generic loop (31x the time of the float32
+product for [16, 192] x [192, 1024]); there the same integer products are summed by a float32
+matmul on the int8 values held as floats (`fweight_t`). Every partial sum is an integer of at most
+127^2 K in magnitude, which float32 holds exactly for K <= `EXACT_FLOAT_MAX_K` (1040), in any
+summation order: the results are `torch._int_mm`'s bit for bit. Layers with more input
+features keep `torch._int_mm`.
+
 GGUF files are dequantized to float32 when they are read (`wedlm.model.source`), so a Q8_0
 file's 32-weight blocks are requantized per output channel here: one scale per output row.
 
@@ -27,9 +35,20 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..hardware import cpu_has_int8_units
 from .defaults import QUANTIZATIONS
 
-INT8_MATMULS = "int8 matmuls (torch._int_mm, int32 sums; activations per row, weights per channel)"
+# the most input features for which a float32 matmul of int8 values sums exactly: every partial
+# sum is at most 127^2 K < 2^24 in magnitude
+EXACT_FLOAT_MAX_K = (1 << 24) // (127 * 127)
+
+
+def int8_matmuls() -> str:
+    """What runs the int8 matmuls on this CPU, for the engine's report."""
+    if cpu_has_int8_units():
+        return "int8 matmuls (torch._int_mm, int32 sums; activations per row, weights per channel)"
+    return ("int8 matmuls as exact float32 sums of int8 values (no int8 dot-product instructions; "
+            "activations per row, weights per channel)")
 
 
 def check_quantization(value: str | None, device: torch.device | None = None, dtype: str | None = None) -> str | None:
@@ -55,7 +74,7 @@ def check_quantization(value: str | None, device: torch.device | None = None, dt
 
 
 def int8_linear(x: torch.Tensor, qweight_t: torch.Tensor, wscale: torch.Tensor,
-                bias: torch.Tensor | None = None) -> torch.Tensor:
+                bias: torch.Tensor | None = None, fweight_t: torch.Tensor | None = None) -> torch.Tensor:
     """x @ W^T + bias with x quantized per row and W per output channel, int8 x int8 -> int32.
 
     Args:
@@ -63,13 +82,19 @@ def int8_linear(x: torch.Tensor, qweight_t: torch.Tensor, wscale: torch.Tensor,
         qweight_t: int8 [in_features, out_features], round(W / wscale) transposed.
         wscale: float32 [out_features].
         bias: float32 [out_features] or None.
+        fweight_t: qweight_t as float32, or None: then the integer products are summed by a
+            float32 matmul, exact for in_features <= EXACT_FLOAT_MAX_K (the caller's to check).
 
     Returns:
-        float32 [rows, out_features]; row i depends on x[i] alone.
+        float32 [rows, out_features]; row i depends on x[i] alone; the same values either way.
     """
     xscale = x.abs().amax(dim=-1, keepdim=True).clamp_min(1e-12) / 127.0
-    xq = torch.round(x / xscale).to(torch.int8)
-    out = torch._int_mm(xq, qweight_t).float().mul_(xscale).mul_(wscale)
+    xq = torch.round(x / xscale)  # integers in [-127, 127]
+    if fweight_t is not None:
+        out = torch.mm(xq, fweight_t)
+    else:
+        out = torch._int_mm(xq.to(torch.int8), qweight_t).float()
+    out = out.mul_(xscale).mul_(wscale)
     return out if bias is None else out.add_(bias)
 
 
@@ -81,16 +106,22 @@ class Int8Linear(nn.Linear):
 
     qweight_t = None
     wscale = None
+    fweight_t = None
 
     def pack(self) -> None:
-        """Quantize the current weight: int8 [in, out] (`qweight_t`) and float32 scales [out] (`wscale`)."""
+        """Quantize the current weight: int8 [in, out] (`qweight_t`) and float32 scales [out]
+        (`wscale`); on a CPU without int8 dot-product instructions, for at most EXACT_FLOAT_MAX_K
+        input features, also the int8 values as float32 (`fweight_t`, the module's weight size
+        again)."""
         w = self.weight.detach().float()
         scale = (w.abs().amax(dim=1) / 127.0).clamp_min(1e-12)
         self.qweight_t = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8).t().contiguous()
         self.wscale = scale
+        exact = self.in_features <= EXACT_FLOAT_MAX_K and not cpu_has_int8_units()
+        self.fweight_t = self.qweight_t.float() if exact else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = int8_linear(x.reshape(-1, self.in_features), self.qweight_t, self.wscale, self.bias)
+        out = int8_linear(x.reshape(-1, self.in_features), self.qweight_t, self.wscale, self.bias, self.fweight_t)
         return out.view(*x.shape[:-1], self.out_features)
 
 

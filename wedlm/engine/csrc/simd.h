@@ -8,12 +8,16 @@
 
 #include <cstdint>
 
+// -DWEDLM_LANES=16 on a smaller instruction set builds the AVX-512 layouts with GCC's lowered
+// vectors: slow, but it runs the AVX-512 code paths on any CPU (`test_native.py`)
+#if !defined(WEDLM_LANES)
 #if defined(__AVX512F__)
 #define WEDLM_LANES 16
 #elif defined(__AVX__)
 #define WEDLM_LANES 8
 #else
 #define WEDLM_LANES 4
+#endif
 #endif
 
 namespace wedlm_simd {
