@@ -44,6 +44,10 @@ COMPANION_PAGES = (
     ("llama_cpp_peer.md", None, "wedlm bench --peer llama.cpp --out-dir docs"),  # under PEER_SECTION's heading
     ("llama_cpp_peer_q8_0.md", "Int8 weights against llama.cpp's Q8_0",
      "wedlm bench --peer llama.cpp --quantization int8 --out-dir docs"),
+    ("avx2/llama_cpp_peer.md", "On an AVX2-only CPU (AMD EPYC Zen 3): against llama.cpp",
+     "wedlm bench --peer llama.cpp --out-dir docs/avx2"),
+    ("avx2/llama_cpp_peer_q8_0.md", "On an AVX2-only CPU (AMD EPYC Zen 3): int8 weights against llama.cpp's Q8_0",
+     "wedlm bench --peer llama.cpp --quantization int8 --out-dir docs/avx2"),
     ("real_model_speed.md", "A real pretrained model: SmolLM2-135M-Instruct, engine `ar` vs transformers vs llama.cpp",
      "python benchmarks/real_model_speed.py --out-dir docs"),
     ("structured_outputs.md", "Structured outputs: validity, accuracy and cost per decoder",
