@@ -64,6 +64,31 @@ def test_float32_sums_of_int8_values_are_the_int32_sums(k):
     assert torch.equal(got, want)
 
 
+def test_int8_values_on_column_panels_are_the_int32_sums():
+    """Compiled int8 engines on such a CPU run the float32 sums on column panels of the int8
+    values (`use_int8_panels`): `few_rows_mm`'s FMA chains of integers are exact too."""
+    from wedlm.engine import native
+    from wedlm.engine.fast_model import pack_panels
+
+    if not native.load():
+        pytest.skip("the engine's C++ operators cannot be built here")
+    gen = torch.Generator().manual_seed(3)
+    q = quantize_int8(nn.Sequential(nn.Linear(EXACT_FLOAT_MAX_K, 64)))[0]
+    q.qweight_t = torch.randint(-127, 128, (EXACT_FLOAT_MAX_K, 64), generator=gen, dtype=torch.int8)
+    q.qweight_t[:, 0] = 127
+    fweight_t = q.qweight_t.float()
+    fpanels = pack_panels(fweight_t.t())
+    x = torch.randn(13, EXACT_FLOAT_MAX_K, generator=gen) * torch.linspace(0.1, 10, 13)[:, None]
+    x[0] = 1.0
+    with torch.no_grad():
+        for rows in (1, 13):
+            want = int8_linear(x[:rows], q.qweight_t, q.wscale, q.bias)
+            assert torch.equal(int8_linear(x[:rows], q.qweight_t, q.wscale, q.bias, fweight_t, fpanels), want)
+        xq = torch.round(x / (x.abs().amax(-1, keepdim=True) / 127.0))
+        ints = torch._int_mm(xq.to(torch.int8), q.qweight_t).float()
+        assert torch.equal(torch.ops.wedlm_cpu.few_rows_mm(xq, fpanels, 64, None), ints)
+
+
 def test_the_float32_path_is_taken_without_int8_units(monkeypatch):
     """`pack` keeps the int8 values as float32 only on a CPU without VNNI / AMX and only for
     layers whose sums it computes exactly."""
@@ -131,6 +156,9 @@ def test_cli_rejects_unknown_quantization(capsys):
 @pytest.mark.slow
 def test_compiled_int8_equals_eager_int8(int8_llm):
     compiled = LLM(str(MODEL), device="cpu", quantization="int8", enforce_eager=False)
+    # where the int8 products are summed in float32, the compiled engine reads them from column panels
+    panels = [m.fpanels is not None for m in compiled.engine.runner.model.modules() if isinstance(m, Int8Linear)]
+    assert all(panels) == (compiled.engine.runner.native_ops and not cpu_has_int8_units()) and len(panels) == 57
     prompts = [encode_chat(int8_llm.tokenizer, [{"role": "user", "content": q}]) for q in QUESTIONS[:2]]
     for decoding in ("ar", "wedlm"):
         params = SamplingParams(temperature=0, max_tokens=32, decoding=decoding)

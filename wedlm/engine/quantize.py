@@ -37,6 +37,7 @@ from torch import nn
 
 from ..hardware import cpu_has_int8_units
 from .defaults import QUANTIZATIONS
+from .fast_model import pack_panels, panel_linear
 
 # the most input features for which a float32 matmul of int8 values sums exactly: every partial
 # sum is at most 127^2 K < 2^24 in magnitude
@@ -74,7 +75,8 @@ def check_quantization(value: str | None, device: torch.device | None = None, dt
 
 
 def int8_linear(x: torch.Tensor, qweight_t: torch.Tensor, wscale: torch.Tensor,
-                bias: torch.Tensor | None = None, fweight_t: torch.Tensor | None = None) -> torch.Tensor:
+                bias: torch.Tensor | None = None, fweight_t: torch.Tensor | None = None,
+                fpanels: torch.Tensor | None = None) -> torch.Tensor:
     """x @ W^T + bias with x quantized per row and W per output channel, int8 x int8 -> int32.
 
     Args:
@@ -84,13 +86,20 @@ def int8_linear(x: torch.Tensor, qweight_t: torch.Tensor, wscale: torch.Tensor,
         bias: float32 [out_features] or None.
         fweight_t: qweight_t as float32, or None: then the integer products are summed by a
             float32 matmul, exact for in_features <= EXACT_FLOAT_MAX_K (the caller's to check).
+        fpanels: `pack_panels(fweight_t.t())` or None (needs fweight_t and the engine's C++
+            operators): one row, and in compiled graphs 2 to FEW_ROWS_MAX rows, run
+            `wedlm_cpu::few_rows_mm` on it (FMA chains of integers, exact alike).
 
     Returns:
-        float32 [rows, out_features]; row i depends on x[i] alone; the same values either way.
+        float32 [rows, out_features]; row i depends on x[i] alone; the same values on every path.
     """
     xscale = x.abs().amax(dim=-1, keepdim=True).clamp_min(1e-12) / 127.0
     xq = torch.round(x / xscale)  # integers in [-127, 127]
-    if fweight_t is not None:
+    if fpanels is not None and xq.numel() == xq.shape[-1]:  # a symbolic size is never 1: no guard
+        out = torch.ops.wedlm_cpu.few_rows_mm(xq, fpanels, fweight_t.shape[1], None)
+    elif fpanels is not None:
+        out = panel_linear(xq, fweight_t.t(), None, fpanels)
+    elif fweight_t is not None:
         out = torch.mm(xq, fweight_t)
     else:
         out = torch._int_mm(xq.to(torch.int8), qweight_t).float()
@@ -107,6 +116,7 @@ class Int8Linear(nn.Linear):
     qweight_t = None
     wscale = None
     fweight_t = None
+    fpanels = None
 
     def pack(self) -> None:
         """Quantize the current weight: int8 [in, out] (`qweight_t`) and float32 scales [out]
@@ -119,9 +129,11 @@ class Int8Linear(nn.Linear):
         self.wscale = scale
         exact = self.in_features <= EXACT_FLOAT_MAX_K and not cpu_has_int8_units()
         self.fweight_t = self.qweight_t.float() if exact else None
+        self.fpanels = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = int8_linear(x.reshape(-1, self.in_features), self.qweight_t, self.wscale, self.bias, self.fweight_t)
+        out = int8_linear(x.reshape(-1, self.in_features), self.qweight_t, self.wscale, self.bias, self.fweight_t,
+                          self.fpanels)
         return out.view(*x.shape[:-1], self.out_features)
 
 
@@ -142,3 +154,17 @@ def quantize_int8(model: nn.Module) -> nn.Module:
             module.__class__ = Int8Linear
             module.pack()
     return model
+
+
+def use_int8_panels(model: nn.Module) -> bool:
+    """Give every `Int8Linear` that sums in float32 (`fweight_t`) a column-panel copy of those
+    values (`fpanels`, `fast_model.pack_panels`; one more float32 copy of the weight), which the
+    engine's C++ few-row matmul reads as it does a float32 model's (`int8_linear`). Needs the C++
+    operators loaded (`fast_model.use_native_ops`); layers whose out_features are not multiples of
+    16 are left alone. In place; returns whether any layer got panels."""
+    done = False
+    for module in model.modules():
+        if isinstance(module, Int8Linear) and module.fweight_t is not None and module.out_features % 16 == 0:
+            module.fpanels = pack_panels(module.fweight_t.t())
+            done = True
+    return done

@@ -6,7 +6,7 @@ import torch
 
 from ...model import QwenForCausalLM, load_model
 from ..config import EngineConfig
-from ..quantize import quantize_int8
+from ..quantize import quantize_int8, use_int8_panels
 from ..runner import ModelRunner
 
 
@@ -37,8 +37,11 @@ def make_engine_runner(model: QwenForCausalLM, num_blocks: int, config: EngineCo
     size = config.tensor_parallel_size
     if size == 1 and config.quantization == "int8":
         # the fused modules of the fast path read float weights, so int8 keeps the model's own modules
-        return ModelRunner(quantize_int8(model), num_blocks, config.kv_block_size, fast_path=False,
-                           enforce_eager=enforce_eager)
+        runner = ModelRunner(quantize_int8(model), num_blocks, config.kv_block_size, fast_path=False,
+                             enforce_eager=enforce_eager)
+        if runner.native_ops:  # before the first call traces the compiled forward
+            use_int8_panels(runner.model)
+        return runner
     if size == 1:
         return ModelRunner(model, num_blocks, config.kv_block_size, config.fast_path,
                            enforce_eager=enforce_eager, autocast=autocast, onednn_linear=onednn_linear)
