@@ -69,11 +69,17 @@ def cpu_has_bf16_units(flags: set[str] | None = None) -> bool:
     return any(f in flags for f in BF16_FLAGS)
 
 
+def cpu_is_x86(machine: str | None = None) -> bool:
+    """True on an x86-64 machine (`machine`, default `platform.machine()`), whose /proc/cpuinfo
+    flags name its vector instruction sets."""
+    return (platform.machine() if machine is None else machine).lower() in ("x86_64", "amd64")
+
+
 def cpu_has_int8_units(flags: set[str] | None = None) -> bool:
     """True when the CPU has int8 dot-product instructions (`INT8_FLAGS`), or is not an x86 CPU
     (where /proc/cpuinfo names no such flags: torch's own kernels are left to decide)."""
     if flags is None:
-        if platform.machine().lower() not in ("x86_64", "amd64"):
+        if not cpu_is_x86():
             return True
         flags = cpu_flags()
     return any(f in flags for f in INT8_FLAGS)

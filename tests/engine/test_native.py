@@ -155,6 +155,19 @@ def test_pack_panels_lays_out_column_panels(width):
         pack_panels(w, 24)
 
 
+def test_the_instruction_set_follows_the_cpu_flags():
+    """AVX-512 needs AVX-512F, AVX2 and FMA; AVX2 needs AVX2 and FMA; anything else, and any
+    machine that is not x86-64, builds for the compiler's baseline."""
+    from wedlm.engine import native
+
+    assert native.instruction_set({"avx512f", "avx2", "fma"}, "x86_64") == "avx512"
+    assert native.instruction_set({"avx512f", "avx2"}, "x86_64") == "base"
+    assert native.instruction_set({"avx2", "fma", "sse4_2"}, "AMD64") == "avx2"
+    assert native.instruction_set({"avx", "fma"}, "x86_64") == "base"
+    assert native.instruction_set({"avx512f", "avx2", "fma"}, "aarch64") == "base"
+    assert native.ISA_FLAGS["avx2"] == ["-mavx2", "-mfma"]
+
+
 def test_pack_panels_takes_the_width_of_the_built_operators(cpp_op):
     """64-column panels for AVX-512 tiles, 16-column ones for 8- and 4-float vectors (each tile
     reads one panel as one stream)."""

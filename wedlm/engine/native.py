@@ -44,13 +44,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import platform
 import threading
 from pathlib import Path
 
 import torch
 
-from ..hardware import cpu_flags
+from ..hardware import cpu_flags, cpu_is_x86
 from ..model.source import cache_dir
 
 log = logging.getLogger(__name__)
@@ -88,8 +87,7 @@ def instruction_set(flags: set[str] | None = None, machine: str | None = None) -
     AVX-512F, AVX2 and FMA), "avx2" (AVX2 and FMA) or "base" (the compiler's default for the
     machine: SSE2 on x86-64, NEON on arm64). `flags` and `machine` default to this CPU's
     (/proc/cpuinfo, `platform.machine()`)."""
-    machine = platform.machine() if machine is None else machine
-    if machine.lower() not in ("x86_64", "amd64"):
+    if not cpu_is_x86(machine):
         return "base"
     flags = cpu_flags() if flags is None else flags
     if {"avx512f", "avx2", "fma"} <= flags:

@@ -37,7 +37,7 @@ from torch import nn
 
 from ..hardware import cpu_has_int8_units
 from .defaults import QUANTIZATIONS
-from .fast_model import pack_panels, panel_linear
+from .fast_model import one_row_linear, pack_panels, panel_linear
 
 # the most input features for which a float32 matmul of int8 values sums exactly: every partial
 # sum is at most 127^2 K < 2^24 in magnitude
@@ -96,7 +96,7 @@ def int8_linear(x: torch.Tensor, qweight_t: torch.Tensor, wscale: torch.Tensor,
     xscale = x.abs().amax(dim=-1, keepdim=True).clamp_min(1e-12) / 127.0
     xq = torch.round(x / xscale)  # integers in [-127, 127]
     if fpanels is not None and xq.numel() == xq.shape[-1]:  # a symbolic size is never 1: no guard
-        out = torch.ops.wedlm_cpu.few_rows_mm(xq, fpanels, fweight_t.shape[1], None)
+        out = one_row_linear(xq, None, None, fpanels)
     elif fpanels is not None:
         out = panel_linear(xq, fweight_t.t(), None, fpanels)
     elif fweight_t is not None:

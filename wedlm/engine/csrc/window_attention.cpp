@@ -10,8 +10,8 @@
 // The softmax runs across keys for 16 rows at once (one lane per row) and the weighted values
 // accumulate a few rows at a time in registers. Tiles of 8 rows on AVX2 read every key twice as
 // often: the shipped model's 16-query window took 1.2x the time over 100-1000 keys on a Zen 3 core
-// (107 against 128 us over 500). Exponentials: a degree-6
-// polynomial (Cephes' expf, ~1 ulp). Results equal SDPA's within float32 rounding.
+// (107 against 128 us over 500). Exponentials: a degree-6 polynomial (Cephes' expf, ~1 ulp).
+// Results equal SDPA's within float32 rounding.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
