@@ -47,7 +47,7 @@ from pathlib import Path
 
 import torch
 
-from wedlm.bench.peer import llama_run
+from wedlm.bench.peer import PLAIN_BUFFERS_NOTE, extra_buffers_work, llama_load, llama_run
 from wedlm.bench.report import page_header
 
 PROMPTS = ["What is the capital of Japan?", "Write a haiku about the sea.",
@@ -63,6 +63,7 @@ SYSTEMS = [("engine_eager", "engine ar, eager (f32)", BATCHES),
            ("llama_f32", "llama.cpp, f32 GGUF", (1,)),
            ("llama_q4_1", "llama.cpp, original Q4_1 GGUF", (1,))]
 LABELS = {k: label for k, label, _ in SYSTEMS}
+PLAIN_BUFFERS: set[str] = set()  # llama.cpp systems loaded without extra CPU buffer types (load_systems)
 
 
 def f32_gguf(src: Path, out: Path) -> Path:
@@ -151,13 +152,16 @@ def load_systems(folder: Path, q4: Path, f32: Path, threads: int, max_len: int) 
                "transformers": AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()}
     systems["transformers"].generation_config.eos_token_id = None  # exactly n tokens, like the others
     try:
-        import llama_cpp
+        import llama_cpp  # noqa: F401  (only whether it is installed)
     except ImportError:
         print("real_model_speed: llama-cpp-python is not installed; its rows are n/a", file=sys.stderr)
         return systems
     for key, path in (("llama_f32", f32), ("llama_q4_1", q4)):
-        systems[key] = llama_cpp.Llama(model_path=str(path), n_ctx=max_len, n_batch=512, n_threads=threads,
-                                       n_threads_batch=threads, verbose=False)
+        extra = extra_buffers_work(path, threads)
+        if not extra:
+            print(f"real_model_speed: {LABELS[key]}: {PLAIN_BUFFERS_NOTE}", file=sys.stderr)
+            PLAIN_BUFFERS.add(key)
+        systems[key] = llama_load(path, threads, max_len, extra_buffers=extra)
     return systems
 
 
@@ -218,6 +222,8 @@ def phase(a: argparse.Namespace) -> list[dict]:
                "tok_s": statistics.median(r["tok_s"] for r in rs)}
         if "eval_ms" in rs[0]:
             row["eval_ms"] = statistics.median(r["eval_ms"] for r in rs)
+        if key in PLAIN_BUFFERS:
+            row["plain_buffers"] = True
         rows.append(row)
     return rows
 
@@ -263,6 +269,7 @@ def table(rows: list[dict]) -> str:
                         out.append(f"| {label} | {b} | {threads} | {why} | n/a | |")
                     continue
                 ms = f"{r['decode_ms']:.2f}" + (f" (C++ forward {r['eval_ms']:.2f})" if "eval_ms" in r else "")
+                label += " *" if r.get("plain_buffers") else ""
                 out.append(f"| {label} | {b} | {threads} | {ms} | {r['tok_s']:.1f} | {r['same']}/{r['answers']} |")
     return "\n".join(out) + "\n"
 
@@ -301,6 +308,7 @@ def markdown(result: dict) -> str:
         "weights (the Q4_1 file dequantized); the engine computes in float32 from the Q4_1 file too.",
         "",
         table(result["rows"]),
+        *([f"\\* {PLAIN_BUFFERS_NOTE}.", ""] if any(r.get("plain_buffers") for r in result["rows"]) else []),
         "Targets (batch 1):",
         "",
         *ratios(result["rows"]),

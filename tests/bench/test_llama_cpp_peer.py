@@ -299,3 +299,41 @@ def test_smoke_int8_against_q8_0(tmp_path):
     assert not (tmp_path / "llama_cpp_peer.json").exists()
     rows = {r["system"]: r for r in result["results"]}
     assert rows["ar eager"]["tokens"] > 4
+
+
+def test_a_peer_that_dies_by_a_signal_is_loaded_without_extra_buffers(monkeypatch, tmp_path):
+    """`extra_buffers_work` is False only when the probe's child dies by a signal (llama.cpp's AMX
+    matmul segfaults on some CPUs, ggml-org/llama.cpp#20824); a child that raises is not a crash."""
+    from wedlm.bench import peer
+
+    path = tmp_path / "m.gguf"
+    monkeypatch.setattr(peer, "PROBE_CODE", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
+    assert peer.extra_buffers_work(path, 1) is False
+    monkeypatch.setattr(peer, "PROBE_CODE", "raise SystemExit(1)")
+    assert peer.extra_buffers_work(path, 1) is True
+    # the child gets the file and the thread count
+    monkeypatch.setattr(peer, "PROBE_CODE", "import os, signal, sys; sys.argv[1:] == [str(sys.argv[1]), '3'] "
+                        "and sys.argv[1].endswith('m.gguf') and os.kill(os.getpid(), signal.SIGSEGV)")
+    assert peer.extra_buffers_work(path, 3) is False
+    assert peer.extra_buffers_work(path, 2) is True
+
+
+def test_plain_buffers_decode_as_the_default(tmp_path):
+    """llama.cpp without its extra CPU buffer types gives the same greedy tokens on the Q8_0 file,
+    and the `use_extra_bufts` override is gone once the model is loaded."""
+    pytest.importorskip("llama_cpp")
+    import llama_cpp
+
+    from wedlm.bench import peer
+
+    path = write_gguf(MODEL, tmp_path / "m.gguf", "q8_0")
+    plain = peer.llama_load(path, 1, 128, extra_buffers=False)
+    assert llama_cpp.llama_model_default_params().use_extra_bufts is True
+    prompt = plain.tokenize(b"Count from 1 to 5.")
+    got = peer.llama_run(plain, prompt, 12, set())["tokens"]
+    plain.close()
+    if peer.extra_buffers_work(path, 1):
+        default = peer.llama_load(path, 1, 128)
+        assert peer.llama_run(default, prompt, 12, set())["tokens"] == got
+        default.close()
+    assert len(got) == 12

@@ -20,8 +20,11 @@ how to install it. Importing this module loads no torch (the command-line parser
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -142,15 +145,75 @@ def llama_run(llm, prompt: list[int], max_tokens: int, stops: set[int]) -> dict:
             "eval_ms_per_token": perf.t_eval_ms / max(1, perf.n_eval)}
 
 
+# The child of `extra_buffers_work`: load the file with llama.cpp's defaults and decode two tokens.
+PROBE_CODE = ("import sys; from wedlm.bench.peer import llama_load; "
+              "llm = llama_load(sys.argv[1], int(sys.argv[2]), 64, extra_buffers=True); "
+              "toks = llm.tokenize(b'Hello'); "
+              "next(t for i, t in enumerate(llm.generate(toks, temp=0.0)) if i == 1)")
+PLAIN_BUFFERS_NOTE = ("llama.cpp's extra CPU buffer types (AMX and repacked weight layouts) off: with them "
+                      "llama.cpp crashed on this file and CPU (ggml-org/llama.cpp#20824)")
+
+
+def extra_buffers_work(gguf_path: str | Path, threads: int, timeout_s: float = 600.0) -> bool:
+    """Whether llama.cpp decodes `gguf_path` with its default (extra) CPU buffer types without
+    dying: one load and a two-token decode in a child process.
+
+    On some AMX CPUs llama.cpp's AMX matmul segfaults on quantized files (ggml-org/llama.cpp#20824;
+    Q8_0 and Q4_1 on a Xeon with AMX and llama-cpp-python 0.3.36), which would take the benchmark's
+    process with it. Returns False only when the child died by a signal; any other failure shows
+    again, as a Python error, when the file is loaded for real.
+    """
+    cmd = [sys.executable, "-c", PROBE_CODE, str(gguf_path), str(threads)]
+    done = subprocess.run(cmd, capture_output=True, timeout=timeout_s)
+    return done.returncode >= 0
+
+
+@contextmanager
+def _default_model_params(**fields):
+    """llama-cpp-python's `Llama` takes its model parameters from `llama_model_default_params()`
+    and exposes no argument for `use_extra_bufts`; this sets `fields` on them while `Llama` loads."""
+    import llama_cpp.llama as binding
+
+    original = binding.llama_cpp.llama_model_default_params
+
+    def patched():
+        params = original()
+        for name, value in fields.items():
+            setattr(params, name, value)
+        return params
+
+    binding.llama_cpp.llama_model_default_params = patched
+    try:
+        yield
+    finally:
+        binding.llama_cpp.llama_model_default_params = original
+
+
+def llama_load(gguf_path: str | Path, threads: int, n_ctx: int, extra_buffers: bool = True):
+    """`llama_cpp.Llama` on `gguf_path` (batch 512, `threads` for prefill and decode, quiet).
+    `extra_buffers=False` loads the weights without llama.cpp's extra CPU buffer types
+    (`use_extra_bufts`: the AMX and repacked layouts), as plain ggml tensors."""
+    llama_cpp = import_llama_cpp()
+    with _default_model_params(use_extra_bufts=extra_buffers):
+        return llama_cpp.Llama(model_path=str(gguf_path), n_ctx=n_ctx, n_batch=512, n_threads=threads,
+                               n_threads_batch=threads, verbose=False)
+
+
 class LlamaCppSystem:
-    """llama.cpp AR (greedy, float32 GGUF) behind the bench's `generate(prompts, max_tokens)`."""
+    """llama.cpp AR (greedy, float32 or Q8_0 GGUF) behind the bench's `generate(prompts, max_tokens)`.
+
+    Attributes:
+        buffers: "default", or `PLAIN_BUFFERS_NOTE` when llama.cpp's defaults crashed on the file
+            (`extra_buffers_work`) and it runs without its extra CPU buffer types.
+    """
 
     name = "llama.cpp"
 
     def __init__(self, gguf_path: Path, threads: int, n_ctx: int, stop_ids: set[int]) -> None:
         llama_cpp = import_llama_cpp()
-        self.llm = llama_cpp.Llama(model_path=str(gguf_path), n_ctx=n_ctx, n_batch=512, n_threads=threads,
-                                   n_threads_batch=threads, verbose=False)
+        extra = extra_buffers_work(gguf_path, threads)
+        self.llm = llama_load(gguf_path, threads, n_ctx, extra_buffers=extra)
+        self.buffers = "default" if extra else PLAIN_BUFFERS_NOTE
         self.stop_ids = stop_ids
         self.version = llama_cpp.__version__
 
@@ -279,7 +342,7 @@ def run_peer(cfg: PeerConfig) -> dict:
     return {"schema": SCHEMA, "command": cfg.command,
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "model": cfg.model, "machine": info, "machine_line": machine_line(info),
-            "llama_cpp": peer.version, "gguf_type": gguf_type, "default_mode": engine_default_mode(),
+            "llama_cpp": peer.version, "llama_cpp_buffers": peer.buffers, "gguf_type": gguf_type, "default_mode": engine_default_mode(),
             "engine": {"precision": first.engine.precision, "matmuls": first.engine.matmuls,
                        "window_size": first.engine.window_size},
             "config": _config_dict(cfg),
@@ -321,7 +384,8 @@ def peer_markdown(result: dict, img: str = "img/bench_llama_cpp_peer.png") -> st
              "Generated by `wedlm bench --peer llama.cpp`; rerun the command below to regenerate this file and "
              "its plot.", "",
              f"- command: `{result['command']}`",
-             f"- machine: {result['machine_line']}; llama-cpp-python {result['llama_cpp']}",
+             f"- machine: {result['machine_line']}; llama-cpp-python {result['llama_cpp']}"
+             + ("" if result.get("llama_cpp_buffers", "default") == "default" else f" ({result['llama_cpp_buffers']})"),
              f"- model: `{result['model']}` (written as a {_GGUF_WORDS[result.get('gguf_type', 'f32')]} GGUF file "
              f"for llama.cpp); engine forward: "
              f"{result['engine']['precision']}; {result['engine']['matmuls']}; window W={result['engine']['window_size']}",
