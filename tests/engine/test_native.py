@@ -69,16 +69,16 @@ def test_the_cpp_operator_gives_the_python_operators_values(cpp_op, rows):
 
 
 # the shipped model's matmuls ([out, in]: q/k/v, o_proj, gate/up, down_proj, lm_head) and widths
-# that are not multiples of the 64-column panels
+# that are not multiples of the one-row tile's 64 columns
 SHIPPED_SHAPES = [(384, 192), (192, 192), (1024, 192), (192, 512), (4096, 192), (80, 96), (208, 33)]
 
 
-@pytest.mark.parametrize("rows", [2, 5, 8, 13, 16, 38])
+@pytest.mark.parametrize("rows", [2, 5, 8, 13, 16, 17, 38])
 @pytest.mark.parametrize("n,k", SHIPPED_SHAPES)
 def test_few_rows_mm_gives_onednns_values(cpp_op, rows, n, k):
     """One FMA chain over k in order per output, oneDNN's order for K <= 512: bit for bit the
     prepacked oneDNN matmul's result, with and without a bias, for row counts that split into
-    the 6-row blocks evenly and unevenly."""
+    row blocks (16 rows at most with AVX-512, 6 otherwise) evenly and unevenly."""
     gen = torch.Generator().manual_seed(rows * 7 + n + k)
     w, b = torch.randn(n, k, generator=gen), torch.randn(n, generator=gen)
     x = torch.randn(rows, k, generator=gen)
@@ -140,19 +140,14 @@ def test_few_rows_mm_refuses_what_it_does_not_compute(cpp_op):
         pack_panels(torch.randn(40, 8))
 
 
-@pytest.mark.parametrize("width", [64, 16])
-def test_pack_panels_lays_out_column_panels(width):
-    """Panel p is columns width p .. width (p + 1) - 1 of W^T, K rows of `width`; a last panel of
-    N % width columns."""
+def test_pack_panels_lays_out_column_panels():
+    """Panel p is columns 16 p .. 16 p + 15 of W^T, K rows of 16 values, one panel after another."""
     w = torch.arange(80 * 3, dtype=torch.float32).view(80, 3)  # w[n, k] = 3n + k
-    got = pack_panels(w, width)
+    got = pack_panels(w)
     assert got.shape == (240,) and got.is_contiguous()
-    full = 80 // width * width
-    for p in range(80 // width):
-        assert torch.equal(got[3 * width * p:3 * width * (p + 1)].view(3, width), w[width * p:width * (p + 1)].t())
-    assert torch.equal(got[3 * full:].view(3, 80 - full), w[full:].t())
-    with pytest.raises(ValueError, match="width must be a positive multiple of 16, got 24"):
-        pack_panels(w, 24)
+    for p in range(5):
+        assert torch.equal(got[48 * p:48 * (p + 1)].view(3, 16), w[16 * p:16 * (p + 1)].t())
+    assert got[:4].tolist() == [0.0, 3.0, 6.0, 9.0] and got[16:18].tolist() == [1.0, 4.0]
 
 
 def test_the_instruction_set_follows_the_cpu_flags():
@@ -166,17 +161,6 @@ def test_the_instruction_set_follows_the_cpu_flags():
     assert native.instruction_set({"avx", "fma"}, "x86_64") == "base"
     assert native.instruction_set({"avx512f", "avx2", "fma"}, "aarch64") == "base"
     assert native.ISA_FLAGS["avx2"] == ["-mavx2", "-mfma"]
-
-
-def test_pack_panels_takes_the_width_of_the_built_operators(cpp_op):
-    """64-column panels for AVX-512 tiles, 16-column ones for 8- and 4-float vectors (each tile
-    reads one panel as one stream)."""
-    from wedlm.engine import native
-
-    width = torch.ops.wedlm_cpu.panel_columns()
-    assert width == (64 if native.instruction_set() == "avx512" else 16)
-    w = torch.randn(80, 3)
-    assert torch.equal(pack_panels(w), pack_panels(w, width))
 
 
 def test_huge_page_tensors_start_on_a_huge_page(monkeypatch):
@@ -427,12 +411,10 @@ gen = torch.Generator().manual_seed(0)
 x, wt = torch.randn(1, 192, generator=gen), torch.randn(192, 385, generator=gen)
 assert (torch.ops.wedlm_cpu.one_row_mm(x, wt) - x @ wt).abs().max() < 1e-4
 from wedlm.engine.fast_model import pack_panels
-width = torch.ops.wedlm_cpu.panel_columns()
-assert width == (64 if sys.argv[3] == "avx512" else 16)
 for n in (16, 48, 80, 400):
-    x, w, b = torch.randn(16, 192, generator=gen), torch.randn(n, 192, generator=gen), torch.randn(n, generator=gen)
-    for rows in (1, 2, 5, 7, 13, 16):
-        got = torch.ops.wedlm_cpu.few_rows_mm(x[:rows], pack_panels(w, width), n, b)
+    x, w, b = torch.randn(40, 192, generator=gen), torch.randn(n, 192, generator=gen), torch.randn(n, generator=gen)
+    for rows in (1, 2, 5, 7, 13, 16, 17, 40):
+        got = torch.ops.wedlm_cpu.few_rows_mm(x[:rows], pack_panels(w), n, b)
         assert (got - (x[:rows] @ w.t() + b)).abs().max() < 1e-4, (n, rows)
 for dim in (16, 20, 48, 64, 80, 128):
     q = torch.randn(1, 9, 4, dim, generator=gen).transpose(1, 2)
@@ -456,9 +438,9 @@ def test_each_instruction_set_build_computes_the_same(tmp_path, isa):
     """The library is built for the CPU's widest instruction set (`native.instruction_set`), so a
     machine tests its own build in the default run; here every build this CPU can run is made
     under another name and checked against torch in a fresh process (an operator library
-    registers once per process). "lanes16" is the AVX-512 layout (16-float vectors, 64-column
-    panels) built for the CPU's own set, where GCC lowers the vectors: the AVX-512 code paths,
-    checked on any CPU."""
+    registers once per process). "lanes16" is the AVX-512 layout (16-float vectors, 16-row
+    tiles on k-major rows) built for the CPU's own set, where GCC lowers the vectors: the AVX-512
+    code paths, checked on any CPU."""
     import subprocess
     import sys
 

@@ -70,11 +70,12 @@ PACKED_MIN_MACS = 1 << 19
 # (540 MB of matmul weights, a 113 MB tied lm_head) decoded batch-1 `ar` in 35.1 ms per token with
 # the copies against 48.4 without (compiled, one Zen 4 thread, same tokens; docs/experiments.md).
 TRANSPOSED_GEMV_MAX_BYTES = 2 << 30
+# columns of one panel of `pack_panels` (`few_rows_mm`'s tile width with AVX2, one zmm with AVX-512)
+PANEL_COLUMNS = 16
 # Compiled graphs with the C++ operators run the matmuls of 1 to FEW_ROWS_MAX rows (defined in
 # `buckets.py`, whose unpadded row counts stop there too) by `wedlm_cpu::few_rows_mm` on a copy
-# of the weight in column panels (`pack_panels`; 64 columns wide in the AVX-512 build, 16 in
-# others, `torch.ops.wedlm_cpu.panel_columns()`): register tiles at the core's FMA rate, no
-# fixed cost per call. On a Zen 4 core (one thread,
+# of the weight in column panels (`pack_panels`, 16 columns wide): register tiles at the core's
+# FMA rate, no fixed cost per call. On a Zen 4 core (one thread,
 # `python benchmarks/cpu_matmul.py`), the shipped model's matmuls (8 layers, each its own weights,
 # + lm_head) took 0.62 ms against prepacked oneDNN's 1.76 at 2 rows, 1.61 against 2.39 at 16, 3.32
 # against 4.21 at 38 and 9.97 against 10.97 at 128, 1.04x less at 512; SmolLM2-135M's (K = 576 and
@@ -493,32 +494,19 @@ def use_transposed_gemv(model: QwenForCausalLM, max_bytes: int = TRANSPOSED_GEMV
     return True
 
 
-def pack_panels(weight: torch.Tensor, width: int | None = None) -> torch.Tensor:
-    """weight [N, K] (float32, N a multiple of 16) in `few_rows_mm`'s layout: 1-D, N * K floats,
-    panel p (columns width p .. width (p + 1) - 1) as K rows of `width` floats, one block after
-    another; the last panel is N % width columns wide when N is not a multiple of width. `width`
-    defaults to the loaded C++ operators' (`torch.ops.wedlm_cpu.panel_columns()`: 64 when built
-    for AVX-512, else 16). A copy: later changes to weight are not seen.
+def pack_panels(weight: torch.Tensor) -> torch.Tensor:
+    """weight [N, K] (N a multiple of PANEL_COLUMNS = 16) in `few_rows_mm`'s layout: 1-D, N * K
+    values of weight's dtype, panel p (columns 16 p .. 16 p + 15) as K rows of 16 values, one
+    panel after another. A copy: later changes to weight are not seen.
 
     Raises:
-        ValueError: N not a multiple of 16, or width not a positive multiple of 16.
-        RuntimeError: no width given and the C++ operators not loaded (`use_native_ops`).
+        ValueError: N not a multiple of 16.
     """
     n, k = weight.shape
-    if n % 16:
-        raise ValueError(f"pack_panels: out_features must be a multiple of 16, got {n}")
-    if width is None:
-        if not native.load():
-            raise RuntimeError("pack_panels: the C++ operators are not loaded; give the panel width")
-        width = torch.ops.wedlm_cpu.panel_columns()
-    if width <= 0 or width % 16:
-        raise ValueError(f"pack_panels: width must be a positive multiple of 16, got {width}")
-    wt = weight.detach().t()
-    full = n - n % width
-    parts = [wt[:, :full].reshape(k, full // width, width).permute(1, 0, 2).reshape(-1)]
-    if full < n:
-        parts.append(wt[:, full:].reshape(-1))
-    return torch.cat(parts).contiguous()
+    if n % PANEL_COLUMNS:
+        raise ValueError(f"pack_panels: out_features must be a multiple of {PANEL_COLUMNS}, got {n}")
+    panels = weight.detach().t().reshape(k, n // PANEL_COLUMNS, PANEL_COLUMNS).permute(1, 0, 2)
+    return panels.contiguous().reshape(-1)
 
 
 def use_panel_weights(model: QwenForCausalLM, max_bytes: int = PANELS_MAX_BYTES) -> bool:

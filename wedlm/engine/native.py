@@ -16,8 +16,7 @@ operators (`fast_model.use_native_ops`):
   oneDNN operator written in Python costs one call into the interpreter per matmul (a batch-1
   `wedlm` step of the shipped model took ~1.14x the time with it).
 * `torch.ops.wedlm_cpu.few_rows_mm`: x[M, K] @ W^T on W packed in column panels
-  (`fast_model.pack_panels`; 64 columns wide in the AVX-512 build, 16 in others:
-  `torch.ops.wedlm_cpu.panel_columns()`), a register-tiled loop that runs the matmuls of decode
+  (`fast_model.pack_panels`, 16 columns wide), a register-tiled loop that runs the matmuls of decode
   windows and short prefills at the core's FMA rate (oneDNN ran the shipped model's 16-row
   matmuls at 45-100 GFLOP/s on a Zen 4 core, this loop at ~113; MKL at 59-63 on a Zen 3 core, this
   loop at 77-85; the same float32 sums in the same order for K <= 512, so the same values as

@@ -1,27 +1,30 @@
 // wedlm_cpu::few_rows_mm: x[M, K] @ W^T (+ bias) for the matmuls of decode windows and short
 // prefills (M from 1 to a few hundred rows), on W [N, K] packed in column panels (`pack_panels`
-// in fast_model.py): panel p holds columns PANEL p .. PANEL (p + 1) - 1 as K rows of PANEL floats,
-// one contiguous block (the last panel is N % PANEL wide when N is not a multiple of PANEL).
-// PANEL is 64 columns with AVX-512 and 16 otherwise (`panel_columns`): the tile's width, so that
-// each tile reads its weights as one sequential stream. oneDNN's prepacked matmul ran the shipped
-// model's 16-row step matmuls at 45-100 GFLOP/s on a Zen 4 core (a fixed cost of several
-// microseconds per call, against 11 us of arithmetic for the 192x192 o_proj); this loop runs them
-// at ~113, the core's FMA rate. Contiguous panels matter: the same loop reading a transposed
-// [K, N] weight, whose rows are N floats apart, was no faster than oneDNN inside a step, where the
-// model's 16 MB of weights come from L3 (one page per row read); on a Zen 3 core (AVX2), 16-column
-// tiles reading 64-column panels (a cache line out of every four per row) took 1.4x the time of
-// 16-column panels over the whole model's matmuls at 16 rows.
+// in fast_model.py): panel p holds columns 16 p .. 16 p + 15 as K rows of 16 floats, one contiguous
+// block, so that a tile reads its weights as one sequential stream of whole cache lines. oneDNN's
+// prepacked matmul ran the shipped model's 16-row step matmuls at 45-100 GFLOP/s on a Zen 4 core (a
+// fixed cost of several microseconds per call, against 11 us of arithmetic for the 192x192
+// o_proj). Contiguous panels matter: the same loop reading a transposed [K, N] weight, whose rows
+// are N floats apart, was no faster than oneDNN inside a step, where the model's 16 MB of weights
+// come from L3; on a Zen 3 core (AVX2), 16-column tiles reading 64-column panels (a cache line out
+// of every four per row) took 1.4x the time of 16-column panels over the model's matmuls.
 //
-// Each tile keeps MR rows x NV vectors of y in registers (6 x 4 = 24 zmm, 64 columns, with AVX-512's
-// 32 registers; 6 x 2 = 12 ymm, 16 columns, with AVX2's 16) and walks k = 0..K-1 once: load NV
-// vectors of the panel's row k, broadcast x[r, k], one FMA per accumulator. One row reads 64
-// columns at once (four 16-column panels with AVX2, as four streams): FMA chains enough to cover
-// the FMA latency. Each y[m, n] is thus one FMA chain over k in order, the order oneDNN's brgemm
-// kernel also uses when K fits one of its blocks (K <= 512 here): the shipped model's results are
-// bit-identical to oneDNN's (`test_native.py`), on any vector width.
+// Each tile keeps MR rows x NV vectors of y in registers and walks k = 0..K-1 once: load NV vectors
+// of the panel's row k, broadcast x[r, k], one FMA per accumulator. With AVX-512 a tile is up to 16
+// rows x one zmm (16 accumulators of 32 registers, each weight vector loaded once for 16 FMAs with
+// the row's value as an embedded broadcast), so a 16-row window streams each weight once per step;
+// 6 rows x 4 zmm over 64-column panels read every weight three times (6 + 5 + 5 rows), the first
+// pass waiting on L3 and the others on the FMA units, and took 1.4x the time of the whole model's
+// matmuls at 16 rows on a Xeon with AMX (1.5x at 8). With AVX2's 16 registers a tile is 6 rows x
+// 2 ymm (12 accumulators). One row reads 64 columns at once (four panels, as four streams): FMA
+// chains enough to cover the FMA latency. Each y[m, n] is thus one FMA chain over k in order, the
+// order oneDNN's brgemm kernel also uses when K fits one of its blocks (K <= 512 here): the
+// shipped model's results are bit-identical to oneDNN's (`test_native.py`), on any vector width.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
+
+#include <vector>
 
 #include "simd.h"
 
@@ -29,48 +32,51 @@ namespace {
 
 using namespace wedlm_simd;
 
-constexpr int64_t PANEL = LANES == 16 ? 64 : 16;  // columns of a full panel
-constexpr int64_t STRIP = 16;                        // every N is a multiple of 16
+constexpr int64_t PANEL = 16;  // columns of a panel; every N is a multiple of 16
 constexpr int PANEL_VECTORS = PANEL / LANES;
-constexpr int STRIP_VECTORS = STRIP / LANES;
+// rows of a tile: 16 with AVX-512's 32 registers (one vector per row), 6 otherwise
+constexpr int MAX_ROWS = LANES == 16 ? 16 : 6;
+// AVX-512 tiles read x k-major (`pack_blocks`): 16 rows K floats apart would need 16 address
+// registers, and GCC kept them in vector registers, moving each back before its FMA (one port-0
+// uop per FMA). 6-row AVX2 tiles read x as it is (packing it cost 2-5% there).
+constexpr bool PACK_X = MAX_ROWS > 6;
 // columns of a one-row tile: 64 (32 with 4-float vectors, whose 16 registers hold 8 accumulators)
 constexpr int64_t ROW_COLUMNS = LANES == 4 ? 32 : 64;
 // The first tile over a panel (its first row block) asks for the panel's row k + AHEAD while it
-// reads row k: the weights come from L3 or memory once per step, and on a Zen 3 core the hardware
-// prefetcher left the first block waiting on them (the shipped model's matmuls at 16 rows took
-// 1.16x the time without it, at 2 rows 1.37x; 32-96 rows ahead within 5%). AVX-512 builds, whose
-// 64-column panel rows are four cache lines each, are not measured with it and do not ask.
-constexpr bool PREFETCH = LANES < 16;
+// reads row k: the weights come from L3 or memory once per step, and the hardware prefetcher left
+// the first block waiting on them (on a Zen 3 core the model's matmuls at 16 rows took 1.16x the
+// time without it, at 2 rows 1.37x; on a Xeon with AMX 1.1x at 16 and 8 rows; 32-256 rows ahead
+// within noise).
 constexpr int64_t AHEAD = 64;
 
 // y[0:MR, n0:n0 + NV LANES] = x[0:MR, :] @ the columns at w (+ bias[n0:...]): vector v of row k at
-// w + k ldw + (v / PANEL_VECTORS) K PANEL + (v % PANEL_VECTORS) LANES, so NV vectors may span
-// several panels. Rows of x are K floats apart, y's rows N floats.
+// w + k PANEL + (v / PANEL_VECTORS) K PANEL + (v % PANEL_VECTORS) LANES, so NV vectors may span
+// several panels. x: the block's rows, x[k MR + r] when `PACK_X`, else x[r K + k]; y's rows are N
+// floats apart.
 template <int MR, int NV, bool FETCH>
-void tile(const float* x, int64_t K, const float* w, int64_t ldw, const float* bias, float* y, int64_t N,
+void tile(const float* x, int64_t K, const float* w, const float* bias, float* y, int64_t N,
           int64_t n0) {
   vf acc[MR][NV];
-#pragma GCC unroll 8
+#pragma GCC unroll 16
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) acc[r][v] = splat(0.f);
-  for (int64_t k = 0; k < K; ++k, w += ldw) {
-    if (FETCH && PREFETCH)  // one cache line (16 floats) of each panel the tile reads
+  for (int64_t k = 0; k < K; ++k, w += PANEL) {
+    if (FETCH)  // one cache line (16 floats) of each panel the tile reads
 #pragma GCC unroll 16
-      for (int v = 0; v < NV; v += STRIP_VECTORS)
-        __builtin_prefetch(w + AHEAD * ldw + (v / PANEL_VECTORS) * K * PANEL + (v % PANEL_VECTORS) * LANES);
+      for (int v = 0; v < NV; v += PANEL_VECTORS) __builtin_prefetch(w + AHEAD * PANEL + (v / PANEL_VECTORS) * K * PANEL);
     vf b[NV];
 #pragma GCC unroll 16
     for (int v = 0; v < NV; ++v)
       b[v] = *(const vf*)(w + (v / PANEL_VECTORS) * K * PANEL + (v % PANEL_VECTORS) * LANES);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
-      const float a = x[r * K + k];
+      const float a = PACK_X ? x[k * MR + r] : x[r * K + k];
 #pragma GCC unroll 16
       for (int v = 0; v < NV; ++v) acc[r][v] += a * b[v];
     }
   }
-#pragma GCC unroll 8
+#pragma GCC unroll 16
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) {
@@ -80,65 +86,86 @@ void tile(const float* x, int64_t K, const float* w, int64_t ldw, const float* b
     }
 }
 
-// One tile of 1 to 6 rows.
+// One tile of 1 to MAX_ROWS rows.
 template <int NV, bool FETCH>
-void tile_of(int64_t rows, const float* x, int64_t K, const float* w, int64_t ldw, const float* bias, float* y,
+void tile_of(int64_t rows, const float* x, int64_t K, const float* w, const float* bias, float* y,
              int64_t N, int64_t n0) {
   switch (rows) {
-    case 1: return tile<1, NV, FETCH>(x, K, w, ldw, bias, y, N, n0);
-    case 2: return tile<2, NV, FETCH>(x, K, w, ldw, bias, y, N, n0);
-    case 3: return tile<3, NV, FETCH>(x, K, w, ldw, bias, y, N, n0);
-    case 4: return tile<4, NV, FETCH>(x, K, w, ldw, bias, y, N, n0);
-    case 5: return tile<5, NV, FETCH>(x, K, w, ldw, bias, y, N, n0);
-    default: return tile<6, NV, FETCH>(x, K, w, ldw, bias, y, N, n0);
+    case 1: return tile<1, NV, FETCH>(x, K, w, bias, y, N, n0);
+    case 2: return tile<2, NV, FETCH>(x, K, w, bias, y, N, n0);
+    case 3: return tile<3, NV, FETCH>(x, K, w, bias, y, N, n0);
+    case 4: return tile<4, NV, FETCH>(x, K, w, bias, y, N, n0);
+    case 5: return tile<5, NV, FETCH>(x, K, w, bias, y, N, n0);
+    case 6: return tile<6, NV, FETCH>(x, K, w, bias, y, N, n0);
+  }
+  if constexpr (MAX_ROWS > 6) {
+    switch (rows) {
+      case 7: return tile<7, NV, FETCH>(x, K, w, bias, y, N, n0);
+      case 8: return tile<8, NV, FETCH>(x, K, w, bias, y, N, n0);
+      case 9: return tile<9, NV, FETCH>(x, K, w, bias, y, N, n0);
+      case 10: return tile<10, NV, FETCH>(x, K, w, bias, y, N, n0);
+      case 11: return tile<11, NV, FETCH>(x, K, w, bias, y, N, n0);
+      case 12: return tile<12, NV, FETCH>(x, K, w, bias, y, N, n0);
+      case 13: return tile<13, NV, FETCH>(x, K, w, bias, y, N, n0);
+      case 14: return tile<14, NV, FETCH>(x, K, w, bias, y, N, n0);
+      case 15: return tile<15, NV, FETCH>(x, K, w, bias, y, N, n0);
+      default: return tile<16, NV, FETCH>(x, K, w, bias, y, N, n0);
+    }
   }
 }
 
-// Columns n0..n0 + NV LANES (at w, rows ldw apart) of rows 0..M-1, in row blocks of at most 6 and as
-// even as they go (16 rows: 6 + 5 + 5, 8 rows: 4 + 4), so that no block runs far below the FMA rate;
-// the first block prefetches (`PREFETCH`).
-template <int NV>
-void row_blocks(const float* x, int64_t M, int64_t K, const float* w, int64_t ldw, const float* bias, float* y,
-                int64_t N, int64_t n0) {
-  const int64_t blocks = (M + 5) / 6, base = M / blocks, longer = M % blocks;
+// M rows go in blocks of at most MAX_ROWS, as even as they go (16 rows with 6-row tiles: 6 + 5 + 5),
+// so that no block runs far below the FMA rate.
+int64_t block_count(int64_t M) { return (M + MAX_ROWS - 1) / MAX_ROWS; }
+int64_t block_rows(int64_t M, int64_t blocks, int64_t b) { return M / blocks + (b < M % blocks ? 1 : 0); }
+
+// x [M, K] (rows K floats apart) as `tile` reads it: block after block, the block whose first row
+// is m at out + m K, each as K groups of its rows' values (k-major).
+void pack_blocks(const float* x, int64_t M, int64_t K, float* out) {
+  const int64_t blocks = block_count(M);
   for (int64_t b = 0, m = 0; b < blocks; ++b) {
-    const int64_t rows = base + (b < longer ? 1 : 0);
+    const int64_t rows = block_rows(M, blocks, b);
+    float* o = out + m * K;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < K; ++k) o[k * rows + r] = x[(m + r) * K + k];
+    m += rows;
+  }
+}
+
+// Columns n0..n0 + NV LANES (at w) of rows 0..M-1 (x as `tile` reads it), a row block at a time;
+// the first block prefetches.
+template <int NV>
+void row_blocks(const float* x, int64_t M, int64_t K, const float* w, const float* bias, float* y, int64_t N,
+                int64_t n0) {
+  const int64_t blocks = block_count(M);
+  for (int64_t b = 0, m = 0; b < blocks; ++b) {
+    const int64_t rows = block_rows(M, blocks, b);
     if (b == 0) {
-      tile_of<NV, true>(rows, x + m * K, K, w, ldw, bias, y + m * N, N, n0);
+      tile_of<NV, true>(rows, x + m * K, K, w, bias, y + m * N, N, n0);
     } else {
-      tile_of<NV, false>(rows, x + m * K, K, w, ldw, bias, y + m * N, N, n0);
+      tile_of<NV, false>(rows, x + m * K, K, w, bias, y + m * N, N, n0);
     }
     m += rows;
   }
 }
 
 // Columns [c0, c1) (multiples of ROW_COLUMNS, or c1 = N): one row ROW_COLUMNS at a time while
-// they are whole; else each panel as one tile column, a narrower last panel in 16-column strips.
+// they are whole; else each panel as one tile column.
 void columns(const float* x, int64_t M, int64_t K, const float* packed, int64_t N, const float* bias, float* y,
              int64_t c0, int64_t c1) {
   int64_t n0 = c0;
   if (M == 1)
     for (; n0 + ROW_COLUMNS <= c1; n0 += ROW_COLUMNS)
-      tile<1, ROW_COLUMNS / LANES, true>(x, K, packed + n0 * K, PANEL, bias, y, N, n0);
-  for (; n0 < c1; n0 += PANEL) {
-    const int64_t width = std::min(PANEL, N - n0);
-    const float* w = packed + n0 * K;
-    if (width == PANEL) {
-      row_blocks<PANEL_VECTORS>(x, M, K, w, PANEL, bias, y, N, n0);
-    } else {
-      for (int64_t c = 0; c < width; c += STRIP) row_blocks<STRIP_VECTORS>(x, M, K, w + c, width, bias, y, N, n0 + c);
-    }
-  }
+      tile<1, ROW_COLUMNS / LANES, true>(x, K, packed + n0 * K, bias, y, N, n0);
+  for (; n0 < c1; n0 += PANEL) row_blocks<PANEL_VECTORS>(x, M, K, packed + n0 * K, bias, y, N, n0);
 }
-
-int64_t panel_columns() { return PANEL; }
 
 at::Tensor few_rows_mm(const at::Tensor& x, const at::Tensor& panels_w, int64_t N, const std::optional<at::Tensor>& bias) {
   TORCH_CHECK(x.scalar_type() == at::kFloat && panels_w.scalar_type() == at::kFloat,
               "few_rows_mm: x and panels must be float32");
   TORCH_CHECK(x.dim() == 2, "few_rows_mm: x must be [M, K], got ", x.sizes());
   const int64_t K = x.size(1);
-  TORCH_CHECK(N > 0 && N % STRIP == 0, "few_rows_mm: N must be a positive multiple of 16, got ", N);
+  TORCH_CHECK(N > 0 && N % PANEL == 0, "few_rows_mm: N must be a positive multiple of 16, got ", N);
   TORCH_CHECK(panels_w.is_contiguous() && panels_w.numel() == N * K,
               "few_rows_mm: panels must be a contiguous packing of N x K = ", N * K, " floats, got ", panels_w.numel());
   const float* bp = nullptr;
@@ -153,6 +180,12 @@ at::Tensor few_rows_mm(const at::Tensor& x, const at::Tensor& panels_w, int64_t 
   at::Tensor y = at::empty({M, N}, x.options());
   if (M == 0) return y;
   const float* xp = rows.data_ptr<float>();
+  std::vector<float> packed_x;  // one row is its own packing
+  if (PACK_X && M > 1) {
+    packed_x.resize(M * K);
+    pack_blocks(xp, M, K, packed_x.data());
+    xp = packed_x.data();
+  }
   const float* wp = panels_w.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   // threads (if any) take runs of ROW_COLUMNS columns (whole panels)
@@ -166,8 +199,6 @@ at::Tensor few_rows_mm(const at::Tensor& x, const at::Tensor& panels_w, int64_t 
 
 TORCH_LIBRARY_FRAGMENT(wedlm_cpu, m) {
   m.def("few_rows_mm(Tensor x, Tensor panels, int N, Tensor? bias) -> Tensor");
-  // the panel width `few_rows_mm` reads (`fast_model.pack_panels` packs with it)
-  m.def("panel_columns() -> int", panel_columns);
 }
 
 TORCH_LIBRARY_IMPL(wedlm_cpu, CPU, m) { m.impl("few_rows_mm", few_rows_mm); }
