@@ -70,6 +70,9 @@ PACKED_MIN_MACS = 1 << 19
 # (540 MB of matmul weights, a 113 MB tied lm_head) decoded batch-1 `ar` in 35.1 ms per token with
 # the copies against 48.4 without (compiled, one Zen 4 thread, same tokens; docs/experiments.md).
 TRANSPOSED_GEMV_MAX_BYTES = 2 << 30
+# RoPE's cos and sin tables (`RotaryEmbedding.tabulate`, 8 bytes per position and head dimension)
+# up to this size; a model with more positions x head_dim computes them in each forward
+ROPE_TABLE_MAX_BYTES = 64 << 20
 # columns of one panel of `pack_panels` (`few_rows_mm`'s tile width with AVX2, one zmm with AVX-512)
 PANEL_COLUMNS = 16
 # Compiled graphs with the C++ operators run the matmuls of 1 to FEW_ROWS_MAX rows (defined in
@@ -624,7 +627,12 @@ def _row_views(fused: torch.Tensor, parts: list[torch.Tensor]) -> list[nn.Parame
 
 
 def optimize_for_inference(model: QwenForCausalLM) -> QwenForCausalLM:
-    """Swap in the fused modules (in place) and return the model. Idempotent."""
+    """Swap in the fused modules (in place) and return the model; RoPE from tables where they
+    take at most ROPE_TABLE_MAX_BYTES (`RotaryEmbedding.tabulate`). Idempotent."""
+    cfg = model.config
+    rotary = model.model.rotary
+    if rotary.cos_table is None and 8 * cfg.max_position_embeddings * cfg.head_dim <= ROPE_TABLE_MAX_BYTES:
+        rotary.tabulate(cfg.max_position_embeddings)
     fp32 = model.dtype == torch.float32
     for module in model.modules():
         if isinstance(module, Attention) and not isinstance(module, FusedQKVAttention):
