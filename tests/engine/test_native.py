@@ -428,6 +428,9 @@ logits = 3 * torch.randn(5, 4099, generator=gen)
 probs = torch.softmax(logits, -1)
 h, ids = torch.ops.wedlm_cpu.greedy_scores(logits, 1e-5)
 assert (h + (probs * probs.log()).sum(-1)).abs().max() < 1e-5 and ids.tolist() == probs.argmax(-1).tolist()
+logits[1, 7] = float("nan")
+logits[2, 5:] = logits[2].max() + 1
+assert torch.ops.wedlm_cpu.row_argmax(logits).tolist() == logits.argmax(-1).tolist()
 print("ok")
 """
 
@@ -548,3 +551,26 @@ def test_each_graph_operator_matches_its_shape_function(cpp_op):
     ]
     for op, args in cases:
         assert torch.library.opcheck(op, args, test_utils="test_faketensor") == {"test_faketensor": "SUCCESS"}
+
+
+def test_row_argmax_is_torchs_argmax(cpp_op):
+    """The first index of each row's maximum, as torch's argmax: ties (the first wins), all -inf,
+    signed zeros, NaN (the first NaN wins), widths that are not multiples of the vector."""
+    from wedlm.engine.fast_model import row_argmax
+
+    gen = torch.Generator().manual_seed(11)
+    for v in (1, 7, 16, 33, 4096, 4099):
+        x = torch.randn(9, v, generator=gen)
+        x[1] = float("-inf")
+        x[2, v // 2:] = x[2].max() + 1  # a tie at the first of its maxima
+        x[3] = 0.0
+        x[3, v - 1:] = -0.0
+        x[4, v // 3] = float("nan")
+        x[5, v - 1] = float("nan")
+        x[5, 0] = float("inf")
+        x[6, v - 1] = float("inf")
+        got = torch.ops.wedlm_cpu.row_argmax(x)
+        assert got.dtype == torch.long and got.tolist() == x.argmax(-1).tolist(), v
+        assert row_argmax(x).tolist() == got.tolist()
+    with pytest.raises(RuntimeError, match=r"row_argmax: logits must be a float32 \[n, V\] matrix with V > 0"):
+        torch.ops.wedlm_cpu.row_argmax(torch.randn(2, 0))

@@ -34,6 +34,7 @@ from torch.fx.experimental import _config as fx_config
 
 from ..model import PagedAttention, QwenForCausalLM
 from ..model.source import cache_dir
+from .fast_model import row_argmax
 
 log = logging.getLogger("wedlm.engine")
 
@@ -77,7 +78,7 @@ def forward_logits(model: QwenForCausalLM, input_ids: torch.Tensor, positions: t
     logits = logits.float()
     if mask_token_id is not None:
         logits[:, mask_token_id] = float("-inf")
-    return logits, logits.argmax(-1)
+    return logits, row_argmax(logits)
 
 
 def compile_cache_dir() -> Path:

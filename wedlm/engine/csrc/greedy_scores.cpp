@@ -148,8 +148,72 @@ std::tuple<at::Tensor, at::Tensor> greedy_scores(const at::Tensor& logits, doubl
   return {entropy, argmax};
 }
 
+// The first index of the maximum of x[0:V], V > 0, or of its first NaN: each lane keeps its maximum
+// and the first index it saw it at, and of equal lane maxima the earliest index wins.
+int64_t first_max_index(const float* x, int64_t V) {
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  vf vmax = splat(neg_inf);
+  vi where = vi{}, bad = vi{}, iota;
+  for (int64_t l = 0; l < LANES; ++l) iota[l] = static_cast<int32_t>(l);
+  int64_t i = 0;
+  for (; i + LANES <= V; i += LANES) {
+    const vf v = *(const vf*)(x + i);
+    bad |= (v != v);
+    const vi greater = v > vmax;
+    vmax = greater ? v : vmax;
+    where = greater ? iota + static_cast<int32_t>(i) : where;
+  }
+  float m = neg_inf;
+  int64_t index = V;
+  bool nan = false;
+  for (int64_t l = 0; l < LANES; ++l) {
+    nan |= bad[l] != 0;
+    if (i > 0 && (vmax[l] > m || (vmax[l] == m && where[l] < index))) {
+      m = vmax[l];
+      index = where[l];
+    }
+  }
+  for (; i < V; ++i) {
+    nan |= x[i] != x[i];
+    if (x[i] > m || index == V) {
+      m = x[i];
+      index = i;
+    }
+  }
+  if (nan)
+    for (index = 0; x[index] == x[index]; ++index) {
+    }
+  return index;
+}
+
+// wedlm_cpu::row_argmax: torch.argmax(logits, -1) of float32 logits [n, V], the first index of
+// each row's maximum (the first NaN where the row has one, as torch's): the forward's greedy ids.
+// torch's argmax (eager and as inductor generates it) keeps a running index beside the running
+// maximum one value at a time, ~85 us for 16 x 4096 on a Xeon core; here one vector pass.
+at::Tensor row_argmax(const at::Tensor& logits) {
+  TORCH_CHECK(logits.scalar_type() == at::kFloat && logits.dim() == 2 && logits.size(1) > 0,
+              "row_argmax: logits must be a float32 [n, V] matrix with V > 0");
+  const at::Tensor x = logits.contiguous();
+  const int64_t n = x.size(0), V = x.size(1);
+  at::Tensor argmax = at::empty({n}, x.options().dtype(at::kLong));
+  const float* xp = x.data_ptr<float>();
+  int64_t* ap = argmax.data_ptr<int64_t>();
+  at::parallel_for(0, n, 4, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      ap[r] = first_max_index(xp + r * V, V);
+    }
+  });
+  return argmax;
+}
+
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(wedlm_cpu, m) { m.def("greedy_scores(Tensor logits, float tie) -> (Tensor, Tensor)"); }
+TORCH_LIBRARY_FRAGMENT(wedlm_cpu, m) {
+  m.def("greedy_scores(Tensor logits, float tie) -> (Tensor, Tensor)");
+  m.def("row_argmax(Tensor logits) -> Tensor");
+}
 
-TORCH_LIBRARY_IMPL(wedlm_cpu, CPU, m) { m.impl("greedy_scores", greedy_scores); }
+TORCH_LIBRARY_IMPL(wedlm_cpu, CPU, m) {
+  m.impl("greedy_scores", greedy_scores);
+  m.impl("row_argmax", row_argmax);
+}
