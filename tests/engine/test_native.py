@@ -357,6 +357,23 @@ def test_window_attention_takes_the_causal_mask_as_key_ends(cpp_op, batch, queri
         torch.ops.wedlm_cpu.window_attention(q, k_cache, v_cache, None, 0.2, slots, ends[:, :-1])
 
 
+@pytest.mark.parametrize("q_heads,kv_heads,queries", [(4, 2, 16), (9, 3, 16), (6, 1, 7)])
+def test_window_attention_rows_do_not_depend_on_their_tile(cpp_op, q_heads, kv_heads, queries):
+    """Each query row's scores, softmax and weighted values sum in the same order whatever rows
+    share its tile: the heads attended together equal each head attended alone, bit for bit."""
+    gen = torch.Generator().manual_seed(q_heads + queries)
+    q = torch.randn(1, queries, q_heads, 48, generator=gen).transpose(1, 2)
+    k, v = (torch.randn(1, 300, kv_heads, 48, generator=gen).transpose(1, 2) for _ in range(2))
+    mask = (torch.arange(300)[None, :] <= 300 - queries + torch.arange(queries)[:, None])[None, None]
+    together = torch.ops.wedlm_cpu.window_attention(q, k, v, mask, 0.2)
+    group = q_heads // kv_heads
+    for h in range(q_heads):
+        g = h // group
+        alone = torch.ops.wedlm_cpu.window_attention(q[:, h:h + 1].contiguous(), k[:, g:g + 1].contiguous(),
+                                                     v[:, g:g + 1].contiguous(), mask, 0.2)
+        assert torch.equal(together[:, h], alone[:, 0]), h
+
+
 def test_window_attention_gives_zeros_where_sdpa_does(cpp_op):
     """A query row that sees no key: zeros, as torch's CPU SDPA gives; the other rows are unaffected."""
     q, k = torch.randn(1, 2, 3, 16), torch.randn(1, 2, 5, 16)

@@ -145,10 +145,11 @@ def llama_run(llm, prompt: list[int], max_tokens: int, stops: set[int]) -> dict:
             "eval_ms_per_token": perf.t_eval_ms / max(1, perf.n_eval)}
 
 
-# The child of `extra_buffers_work`: load the file with llama.cpp's defaults and decode two tokens.
+# The child of `extra_buffers_work`: load the file with llama.cpp's defaults, prefill 16 tokens
+# (the AMX crash needs a batch of two or more) and decode two.
 PROBE_CODE = ("import sys; from wedlm.bench.peer import llama_load; "
               "llm = llama_load(sys.argv[1], int(sys.argv[2]), 64, extra_buffers=True); "
-              "toks = llm.tokenize(b'Hello'); "
+              "toks = llm.tokenize(b'Count from 1 to 20, then name the capital of Japan. ' * 4)[:16]; "
               "next(t for i, t in enumerate(llm.generate(toks, temp=0.0)) if i == 1)")
 PLAIN_BUFFERS_NOTE = ("llama.cpp's extra CPU buffer types (AMX and repacked weight layouts) off: with them "
                       "llama.cpp crashed on this file and CPU (ggml-org/llama.cpp#20824)")
@@ -159,8 +160,8 @@ def extra_buffers_work(gguf_path: str | Path, threads: int, timeout_s: float = 6
     dying: one load and a two-token decode in a child process.
 
     On some AMX CPUs llama.cpp's AMX matmul segfaults on quantized files (ggml-org/llama.cpp#20824;
-    Q8_0 and Q4_1 on a Xeon with AMX and llama-cpp-python 0.3.36), which would take the benchmark's
-    process with it. Returns False only when the child died by a signal; any other failure shows
+    Q8_0 and Q4_1 on a Xeon with AMX and llama-cpp-python 0.3.36, from a batch of two tokens: a
+    one-token prompt decodes), which would take the benchmark's process with it. Returns False only when the child died by a signal; any other failure shows
     again, as a Python error, when the file is loaded for real.
     """
     cmd = [sys.executable, "-c", PROBE_CODE, str(gguf_path), str(threads)]

@@ -4,10 +4,10 @@
 // head's block through BLAS calls, which on AMD CPUs take MKL's generic kernel (~114 us a layer for
 // the shipped model's 16-slot window over 500 keys on a Zen 4 core, about half the core's FMA rate).
 //
-// Per (sequence, KV head) the query rows of every head that reads it are transposed into 16-row
-// columns (one vector with AVX-512, two with AVX2), so each score column S[rows, j] is a sum over
+// Per (sequence, KV head) the query rows of every head that reads it are transposed into 32-row
+// (AVX-512) or 16-row columns of two vectors, so each score column S[rows, j] is a sum over
 // the head dimension of k[j, d] times those vectors: keys are read in place, no horizontal sums.
-// The softmax runs across keys for 16 rows at once (one lane per row) and the weighted values
+// The softmax runs across keys for a tile's rows at once (one lane per row) and the weighted values
 // accumulate a few rows at a time in registers. Tiles of 8 rows on AVX2 read every key twice as
 // often: the shipped model's 16-query window took 1.2x the time over 100-1000 keys on a Zen 3 core
 // (107 against 128 us over 500). Exponentials: a degree-6 polynomial (Cephes' expf, ~1 ulp).
@@ -29,9 +29,13 @@ namespace {
 using namespace wedlm_heads;
 using namespace wedlm_simd;
 
-// Query rows per tile: the lanes of QV vectors (one with AVX-512, two with AVX2), and keys scored
-// at a time (KEYS x QV accumulators)
-constexpr int64_t TILE = 16;
+// Query rows per tile: the lanes of QV vectors (two with AVX-512 or AVX2, four with SSE), and keys
+// scored at a time (KEYS x QV accumulators). Each row's sums run in the same order whatever the
+// tile, so the tile changes no value: 32-row AVX-512 tiles read each key once for the shipped
+// model's 32 rows per KV head (2 heads x 16 queries), where 16-row ones read it twice and fed 4
+// FMA chains per loaded query vector instead of 8: the 16-query window took 0.86-0.88x the time
+// over 128-1000 keys on a Xeon core.
+constexpr int64_t TILE = LANES == 16 ? 32 : 16;
 constexpr int QV = TILE / LANES;
 constexpr int KEYS = QV <= 2 ? 4 : 2;
 
