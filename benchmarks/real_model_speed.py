@@ -8,8 +8,8 @@ Every system gets the same prompt token ids (chat prompts through the model's ow
 and decodes greedily a fixed number of new tokens, end-of-sequence ignored:
 
 * engine `ar`, eager and compiled (`enforce_eager=False`), on the float32 folder;
-* engine `ar`, eager, on the Q4_1 GGUF file (dequantized to float32 at load: the same weights as
-  the folder, so the same speed; batch 1 only);
+* engine `ar`, compiled (`LLM`'s default), on the Q4_1 GGUF file (dequantized to float32 at load:
+  the same weights as the folder, so the same speed; batch 1 only);
 * transformers `generate`, float32 (batch 8: left-padded, with an attention mask);
 * llama.cpp (llama-cpp-python) on a float32 GGUF file (the Q4_1 file's tensors dequantized with
   `gguf`, its metadata and tokenizer copied: the folder's weights exactly) and on the original
@@ -58,7 +58,7 @@ BATCHES = (1, 8)
 # (key, label, batches it runs): the order of the table, the plot and the alternation within a repeat
 SYSTEMS = [("engine_eager", "engine ar, eager (f32)", BATCHES),
            ("engine_compiled", "engine ar, compiled (f32)", BATCHES),
-           ("engine_gguf", "engine ar, eager, from the Q4_1 file (dequantized to f32)", (1,)),
+           ("engine_gguf", "engine ar, compiled, from the Q4_1 file (dequantized to f32)", (1,)),
            ("transformers", "transformers generate (f32)", BATCHES),
            ("llama_f32", "llama.cpp, f32 GGUF", (1,)),
            ("llama_q4_1", "llama.cpp, original Q4_1 GGUF", (1,))]
@@ -148,7 +148,7 @@ def load_systems(folder: Path, q4: Path, f32: Path, threads: int, max_len: int) 
     # otherwise autocast a model this wide to bf16, and its tokens would part from transformers' at near-ties)
     kw = dict(max_model_len=max_len, max_num_seqs=8, dtype="float32", device="cpu", autocast=False)
     systems = {"engine_eager": LLM(str(folder), enforce_eager=True, **kw), "engine_compiled": LLM(str(folder), enforce_eager=False, **kw),
-               "engine_gguf": LLM(str(q4), **kw),
+               "engine_gguf": LLM(str(q4), enforce_eager=False, **kw),
                "transformers": AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()}
     systems["transformers"].generation_config.eos_token_id = None  # exactly n tokens, like the others
     try:
