@@ -86,32 +86,14 @@ void tile(const float* x, int64_t K, const float* w, const float* bias, float* y
     }
 }
 
-// One tile of 1 to MAX_ROWS rows.
-template <int NV, bool FETCH>
-void tile_of(int64_t rows, const float* x, int64_t K, const float* w, const float* bias, float* y,
-             int64_t N, int64_t n0) {
-  switch (rows) {
-    case 1: return tile<1, NV, FETCH>(x, K, w, bias, y, N, n0);
-    case 2: return tile<2, NV, FETCH>(x, K, w, bias, y, N, n0);
-    case 3: return tile<3, NV, FETCH>(x, K, w, bias, y, N, n0);
-    case 4: return tile<4, NV, FETCH>(x, K, w, bias, y, N, n0);
-    case 5: return tile<5, NV, FETCH>(x, K, w, bias, y, N, n0);
-    case 6: return tile<6, NV, FETCH>(x, K, w, bias, y, N, n0);
+// One tile of `rows` (1 to MAX_ROWS) rows: tile<MR> for MR = rows, found by counting up.
+template <int NV, bool FETCH, int MR = 1>
+void tile_of(int64_t rows, const float* x, int64_t K, const float* w, const float* bias, float* y, int64_t N,
+             int64_t n0) {
+  if constexpr (MR < MAX_ROWS) {
+    if (rows > MR) return tile_of<NV, FETCH, MR + 1>(rows, x, K, w, bias, y, N, n0);
   }
-  if constexpr (MAX_ROWS > 6) {
-    switch (rows) {
-      case 7: return tile<7, NV, FETCH>(x, K, w, bias, y, N, n0);
-      case 8: return tile<8, NV, FETCH>(x, K, w, bias, y, N, n0);
-      case 9: return tile<9, NV, FETCH>(x, K, w, bias, y, N, n0);
-      case 10: return tile<10, NV, FETCH>(x, K, w, bias, y, N, n0);
-      case 11: return tile<11, NV, FETCH>(x, K, w, bias, y, N, n0);
-      case 12: return tile<12, NV, FETCH>(x, K, w, bias, y, N, n0);
-      case 13: return tile<13, NV, FETCH>(x, K, w, bias, y, N, n0);
-      case 14: return tile<14, NV, FETCH>(x, K, w, bias, y, N, n0);
-      case 15: return tile<15, NV, FETCH>(x, K, w, bias, y, N, n0);
-      default: return tile<16, NV, FETCH>(x, K, w, bias, y, N, n0);
-    }
-  }
+  tile<MR, NV, FETCH>(x, K, w, bias, y, N, n0);
 }
 
 // M rows go in blocks of at most MAX_ROWS, as even as they go (16 rows with 6-row tiles: 6 + 5 + 5),
