@@ -337,3 +337,16 @@ def test_plain_buffers_decode_as_the_default(tmp_path):
         assert peer.llama_run(default, prompt, 12, set())["tokens"] == got
         default.close()
     assert len(got) == 12
+
+
+def test_a_hanging_probe_counts_as_a_crash_and_unknown_parameters_are_refused(monkeypatch, tmp_path):
+    """A probe past its time limit falls back like a crash; a model parameter this
+    llama-cpp-python does not have is an error, not a silently ignored attribute."""
+    pytest.importorskip("llama_cpp")
+    from wedlm.bench import peer
+
+    monkeypatch.setattr(peer, "PROBE_CODE", "import time; time.sleep(30)")
+    assert peer.extra_buffers_work(tmp_path / "m.gguf", 1, timeout_s=1) is False
+    with pytest.raises(peer.PeerUnavailable, match="has no model parameter no_such_field"):
+        with peer._default_model_params(no_such_field=True):
+            pass

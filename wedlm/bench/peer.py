@@ -157,25 +157,39 @@ PLAIN_BUFFERS_NOTE = ("llama.cpp's extra CPU buffer types (AMX and repacked weig
 
 def extra_buffers_work(gguf_path: str | Path, threads: int, timeout_s: float = 600.0) -> bool:
     """Whether llama.cpp decodes `gguf_path` with its default (extra) CPU buffer types without
-    dying: one load and a two-token decode in a child process.
+    dying: one load, a 16-token prefill and a two-token decode in a child process.
 
     On some AMX CPUs llama.cpp's AMX matmul segfaults on quantized files (ggml-org/llama.cpp#20824;
     Q8_0 and Q4_1 on a Xeon with AMX and llama-cpp-python 0.3.36, from a batch of two tokens: a
-    one-token prompt decodes), which would take the benchmark's process with it. Returns False only when the child died by a signal; any other failure shows
-    again, as a Python error, when the file is loaded for real.
+    one-token prompt decodes), which would take the benchmark's process with it. Returns False
+    when the child died by a signal or ran past `timeout_s`; any other failure shows again, as a
+    Python error, when the file is loaded for real.
     """
     cmd = [sys.executable, "-c", PROBE_CODE, str(gguf_path), str(threads)]
-    done = subprocess.run(cmd, capture_output=True, timeout=timeout_s)
+    try:
+        done = subprocess.run(cmd, capture_output=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return False
     return done.returncode >= 0
 
 
 @contextmanager
 def _default_model_params(**fields):
     """llama-cpp-python's `Llama` takes its model parameters from `llama_model_default_params()`
-    and exposes no argument for `use_extra_bufts`; this sets `fields` on them while `Llama` loads."""
+    and exposes no argument for `use_extra_bufts`; this sets `fields` on them while `Llama` loads.
+
+    Raises:
+        PeerUnavailable: this llama-cpp-python's parameters have no such field (ctypes would take
+            the assignment as a plain attribute, which llama.cpp never sees).
+    """
+    import llama_cpp
     import llama_cpp.llama as binding
 
     original = binding.llama_cpp.llama_model_default_params
+    missing = sorted(set(fields) - {name for name, _ in type(original())._fields_})
+    if missing:
+        raise PeerUnavailable(f"llama-cpp-python {llama_cpp.__version__} has no model parameter "
+                              f"{', '.join(missing)}; a newer one has: {INSTALL_HINT}")
 
     def patched():
         params = original()
