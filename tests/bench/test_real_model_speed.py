@@ -38,7 +38,7 @@ def test_table_rows_and_missing_cells():
     assert "| llama.cpp, f32 GGUF | 8 | 1 | n/a (binding decodes one sequence) | n/a | |" in lines
     assert "| transformers generate (f32) | 8 | 2 | n/a | n/a | |" in lines
     # the Q4_1 engine row exists at batch 1 only: no batch-8 line for it
-    assert not any(line.startswith("| engine ar, eager, from the Q4_1") and "| 8 |" in line for line in lines)
+    assert not any(line.startswith("| engine ar, compiled, from the Q4_1") and "| 8 |" in line for line in lines)
     assert len(lines) == 2 + 2 * (6 + 5)  # header, then per thread count: 6 systems at batch 1, 5 at batch 8
 
 
@@ -68,6 +68,18 @@ def test_outputs_written(tmp_path):
     assert "Medians of 3 repeats" in md and "(target >= 0.9x: NOT met)" in md
     assert json.loads((tmp_path / "real_model_speed.json").read_text())["rows"] == ROWS
     assert (tmp_path / "img" / "real_model_speed.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_rows_of_llama_cpp_without_extra_buffers_are_marked(tmp_path):
+    """A llama.cpp system loaded without its extra CPU buffer types (its default crashed) carries
+    a star in the table, and the page says why under it; pages without such rows do not."""
+    bench = _bench()
+    rows = [*ROWS, _row("llama_q4_1", 1, 1, 9.0, 100.0, 1, eval_ms=8.8, plain_buffers=True)]
+    assert "| llama.cpp, original Q4_1 GGUF * | 1 | 1 | 9.00 (C++ forward 8.80) | 100.0 | 1/3 |" in bench.table(rows)
+    result = {"command": "c", "machine": "m", "date": "d", "versions": {}, "new_tokens": 64, "repeats": 3,
+              "batch1_prompts": 3, "rows": rows}
+    assert f"\\* {bench.PLAIN_BUFFERS_NOTE}." in bench.markdown(result)
+    assert "ggml-org/llama.cpp#20824" not in bench.markdown(dict(result, rows=ROWS))
 
 
 def test_f32_gguf_dequantizes_and_copies_metadata(tmp_path):
