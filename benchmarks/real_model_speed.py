@@ -63,7 +63,6 @@ SYSTEMS = [("engine_eager", "engine ar, eager (f32)", BATCHES),
            ("llama_f32", "llama.cpp, f32 GGUF", (1,)),
            ("llama_q4_1", "llama.cpp, original Q4_1 GGUF", (1,))]
 LABELS = {k: label for k, label, _ in SYSTEMS}
-PLAIN_BUFFERS: set[str] = set()  # llama.cpp systems loaded without extra CPU buffer types (load_systems)
 
 
 def f32_gguf(src: Path, out: Path) -> Path:
@@ -138,8 +137,9 @@ def llama_call(llm, prompts: list[list[int]], n: int) -> dict:
             "eval_ms": r["eval_ms_per_token"]}
 
 
-def load_systems(folder: Path, q4: Path, f32: Path, threads: int, max_len: int) -> dict:
-    """Every system of SYSTEMS, loaded (the llama.cpp ones only if llama-cpp-python is installed)."""
+def load_systems(folder: Path, q4: Path, f32: Path, threads: int, max_len: int) -> tuple[dict, set[str]]:
+    """Every system of SYSTEMS, loaded (the llama.cpp ones only if llama-cpp-python is installed),
+    and the keys of the llama.cpp ones loaded without extra CPU buffer types (`extra_buffers_work`)."""
     from transformers import AutoModelForCausalLM
 
     from wedlm import LLM
@@ -155,14 +155,15 @@ def load_systems(folder: Path, q4: Path, f32: Path, threads: int, max_len: int) 
         import llama_cpp  # noqa: F401  (only whether it is installed)
     except ImportError:
         print("real_model_speed: llama-cpp-python is not installed; its rows are n/a", file=sys.stderr)
-        return systems
+        return systems, set()
+    plain = set()
     for key, path in (("llama_f32", f32), ("llama_q4_1", q4)):
         extra = extra_buffers_work(path, threads)
         if not extra:
             print(f"real_model_speed: {LABELS[key]}: {PLAIN_BUFFERS_NOTE}", file=sys.stderr)
-            PLAIN_BUFFERS.add(key)
+            plain.add(key)
         systems[key] = llama_load(path, threads, max_len, extra_buffers=extra)
-    return systems
+    return systems, plain
 
 
 def call(key: str, system, prompts: list[list[int]], n: int, pad_id: int) -> dict:
@@ -193,7 +194,7 @@ def phase(a: argparse.Namespace) -> list[dict]:
     folder, q4 = Path(a.dir) / "SmolLM2-135M-Instruct", Path(a.dir) / "SmolLM2-135M-Instruct.Q4_1.gguf"
     f32 = Path(a.f32_gguf)
     max_len = 256 + a.new_tokens
-    systems = load_systems(folder, q4, f32, threads, max_len)
+    systems, plain = load_systems(folder, q4, f32, threads, max_len)
     tokenizer = systems["engine_eager"].tokenizer
     prompts = [encode_chat(tokenizer, [{"role": "user", "content": p}]) for p in PROMPTS]
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -222,7 +223,7 @@ def phase(a: argparse.Namespace) -> list[dict]:
                "tok_s": statistics.median(r["tok_s"] for r in rs)}
         if "eval_ms" in rs[0]:
             row["eval_ms"] = statistics.median(r["eval_ms"] for r in rs)
-        if key in PLAIN_BUFFERS:
+        if key in plain:
             row["plain_buffers"] = True
         rows.append(row)
     return rows

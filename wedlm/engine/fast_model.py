@@ -535,7 +535,7 @@ def use_panel_weights(model: QwenForCausalLM, max_bytes: int = PANELS_MAX_BYTES)
     if _native_linear is None or model.dtype != torch.float32 or model.device.type != "cpu":
         return False
     targets = _matmuls(model)
-    if (not targets or any(w.dtype != torch.float32 or w.shape[0] % 16 for _, w in targets)
+    if (not targets or any(w.dtype != torch.float32 or w.shape[0] % PANEL_COLUMNS for _, w in targets)
             or sum(w.numel() * w.element_size() for _, w in targets) > max_bytes):
         return False
     # every panel copy in one block of memory on 2 MB pages where the kernel gives them: a step

@@ -37,7 +37,7 @@ from torch import nn
 
 from ..hardware import cpu_has_int8_units
 from .defaults import QUANTIZATIONS
-from .fast_model import one_row_linear, pack_panels, panel_linear
+from .fast_model import PANEL_COLUMNS, one_row_linear, pack_panels, panel_linear
 
 # the most input features for which a float32 matmul of int8 values sums exactly: every partial
 # sum is at most 127^2 K < 2^24 in magnitude
@@ -161,10 +161,11 @@ def use_int8_panels(model: nn.Module) -> bool:
     values (`fpanels`, `fast_model.pack_panels`; one more float32 copy of the weight), which the
     engine's C++ few-row matmul reads as it does a float32 model's (`int8_linear`). Needs the C++
     operators loaded (`fast_model.use_native_ops`); layers whose out_features are not multiples of
-    16 are left alone. In place; returns whether any layer got panels."""
+    PANEL_COLUMNS (16) are left alone. In place; returns whether any layer got panels."""
     done = False
     for module in model.modules():
-        if isinstance(module, Int8Linear) and module.fweight_t is not None and module.out_features % 16 == 0:
+        if (isinstance(module, Int8Linear) and module.fweight_t is not None
+                and module.out_features % PANEL_COLUMNS == 0):
             module.fpanels = pack_panels(module.fweight_t.t())
             done = True
     return done

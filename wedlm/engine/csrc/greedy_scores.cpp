@@ -39,29 +39,42 @@ using namespace wedlm_simd;
 // LANES lanes (1024 values with AVX-512, 512 with AVX2)
 constexpr int64_t CHUNK = 64 * LANES;
 
-// The maximum of x[0:V] (lane-wise, then across lanes) and whether any value is NaN.
-float row_max(const float* x, int64_t V, bool* nan) {
+// The first index of the maximum of x[0:V], V > 0, or of its first NaN: each lane keeps its maximum
+// and the first index it saw it at, and of equal lane maxima the earliest index wins.
+int64_t first_max_index(const float* x, int64_t V) {
   const float neg_inf = -std::numeric_limits<float>::infinity();
   vf vmax = splat(neg_inf);
-  vi bad = vi{};
+  vi where = vi{}, bad = vi{}, iota;
+  for (int64_t l = 0; l < LANES; ++l) iota[l] = static_cast<int32_t>(l);
   int64_t i = 0;
   for (; i + LANES <= V; i += LANES) {
     const vf v = *(const vf*)(x + i);
     bad |= (v != v);
-    vmax = v > vmax ? v : vmax;
+    const vi greater = v > vmax;
+    vmax = greater ? v : vmax;
+    where = greater ? iota + static_cast<int32_t>(i) : where;
   }
   float m = neg_inf;
-  bool any_nan = false;
+  int64_t index = V;
+  bool nan = false;
   for (int64_t l = 0; l < LANES; ++l) {
-    m = vmax[l] > m ? vmax[l] : m;
-    any_nan |= bad[l] != 0;
+    nan |= bad[l] != 0;
+    if (i > 0 && (vmax[l] > m || (vmax[l] == m && where[l] < index))) {
+      m = vmax[l];
+      index = where[l];
+    }
   }
   for (; i < V; ++i) {
-    any_nan |= x[i] != x[i];
-    m = x[i] > m ? x[i] : m;
+    nan |= x[i] != x[i];
+    if (x[i] > m || index == V) {
+      m = x[i];
+      index = i;
+    }
   }
-  *nan = any_nan;
-  return m;
+  if (nan)
+    for (index = 0; x[index] == x[index]; ++index) {
+    }
+  return index;
 }
 
 // (Z, S) of the row: sum exp(d_i) and sum exp(d_i) d_i with d_i = max(x_i - m, -87); returns
@@ -130,9 +143,9 @@ std::tuple<at::Tensor, at::Tensor> greedy_scores(const at::Tensor& logits, doubl
   at::parallel_for(0, n, 4, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* row = xp + r * V;
-      bool nan = false;
-      const float m = V > 0 ? row_max(row, V, &nan) : -std::numeric_limits<float>::infinity();
-      if (nan || !std::isfinite(m)) {
+      // the maximum, or NaN where the row has one
+      const float m = V > 0 ? row[first_max_index(row, V)] : -std::numeric_limits<float>::infinity();
+      if (!std::isfinite(m)) {
         hp[r] = std::numeric_limits<float>::quiet_NaN();
         ap[r] = -1;
         continue;
@@ -146,44 +159,6 @@ std::tuple<at::Tensor, at::Tensor> greedy_scores(const at::Tensor& logits, doubl
     }
   });
   return {entropy, argmax};
-}
-
-// The first index of the maximum of x[0:V], V > 0, or of its first NaN: each lane keeps its maximum
-// and the first index it saw it at, and of equal lane maxima the earliest index wins.
-int64_t first_max_index(const float* x, int64_t V) {
-  const float neg_inf = -std::numeric_limits<float>::infinity();
-  vf vmax = splat(neg_inf);
-  vi where = vi{}, bad = vi{}, iota;
-  for (int64_t l = 0; l < LANES; ++l) iota[l] = static_cast<int32_t>(l);
-  int64_t i = 0;
-  for (; i + LANES <= V; i += LANES) {
-    const vf v = *(const vf*)(x + i);
-    bad |= (v != v);
-    const vi greater = v > vmax;
-    vmax = greater ? v : vmax;
-    where = greater ? iota + static_cast<int32_t>(i) : where;
-  }
-  float m = neg_inf;
-  int64_t index = V;
-  bool nan = false;
-  for (int64_t l = 0; l < LANES; ++l) {
-    nan |= bad[l] != 0;
-    if (i > 0 && (vmax[l] > m || (vmax[l] == m && where[l] < index))) {
-      m = vmax[l];
-      index = where[l];
-    }
-  }
-  for (; i < V; ++i) {
-    nan |= x[i] != x[i];
-    if (x[i] > m || index == V) {
-      m = x[i];
-      index = i;
-    }
-  }
-  if (nan)
-    for (index = 0; x[index] == x[index]; ++index) {
-    }
-  return index;
 }
 
 // wedlm_cpu::row_argmax: torch.argmax(logits, -1) of float32 logits [n, V], the first index of
