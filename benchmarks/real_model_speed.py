@@ -7,12 +7,15 @@
 Every system gets the same prompt token ids (chat prompts through the model's own chat template)
 and decodes greedily a fixed number of new tokens, end-of-sequence ignored:
 
-* engine `ar`, eager and compiled (`enforce_eager=False`), on the float32 folder;
+* engine `ar`, eager and compiled (`enforce_eager=False`), on the float32 folder, in float32;
+* engine `ar`, compiled, under bf16 autocast (the engine's default on a CPU with bf16 units; the
+  row is missing on other CPUs);
 * engine `ar`, compiled (`LLM`'s default), on the Q4_1 GGUF file (dequantized to float32 at load:
   the same weights as the folder, so the same speed; batch 1 only);
 * transformers `generate`, float32 (batch 8: left-padded, with an attention mask);
 * llama.cpp (llama-cpp-python) on a float32 GGUF file (the Q4_1 file's tensors dequantized with
-  `gguf`, its metadata and tokenizer copied: the folder's weights exactly) and on the original
+  `gguf`, its metadata and tokenizer copied: the folder's weights exactly), on a bf16 one (the
+  same with every matrix rounded to bf16, what the engine's bf16 row reads) and on the original
   Q4_1 file; batch 1 only (the binding's `generate` decodes one sequence).
 
 Batch 1 runs each of the first `--batch1-prompts` prompts alone; batch 8 runs all eight prompts
@@ -58,16 +61,20 @@ BATCHES = (1, 8)
 # (key, label, batches it runs): the order of the table, the plot and the alternation within a repeat
 SYSTEMS = [("engine_eager", "engine ar, eager (f32)", BATCHES),
            ("engine_compiled", "engine ar, compiled (f32)", BATCHES),
+           ("engine_bf16", "engine ar, compiled, bf16 autocast", BATCHES),
            ("engine_gguf", "engine ar, compiled, from the Q4_1 file (dequantized to f32)", (1,)),
            ("transformers", "transformers generate (f32)", BATCHES),
            ("llama_f32", "llama.cpp, f32 GGUF", (1,)),
+           ("llama_bf16", "llama.cpp, bf16 GGUF", (1,)),
            ("llama_q4_1", "llama.cpp, original Q4_1 GGUF", (1,))]
 LABELS = {k: label for k, label, _ in SYSTEMS}
 
 
-def f32_gguf(src: Path, out: Path) -> Path:
+def dequantized_gguf(src: Path, out: Path, bf16: bool = False) -> Path:
     """`src` with every tensor dequantized to float32 (`gguf.quants.dequantize`), its metadata,
-    tokenizer and chat template copied; written to `out` (returned). About 540 MB for SmolLM2-135M."""
+    tokenizer and chat template copied; written to `out` (returned). About 540 MB for SmolLM2-135M.
+    With `bf16` every matrix is then rounded to bf16 (vectors, the norms, stay float32, as
+    llama.cpp's own bf16 files keep them)."""
     import gguf
 
     reader = gguf.GGUFReader(str(src))
@@ -78,9 +85,14 @@ def f32_gguf(src: Path, out: Path) -> Path:
             continue
         sub = field.types[1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
         writer.add_key_value(key, field.contents(), field.types[0], sub_type=sub)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_BF16 if bf16 else gguf.LlamaFileType.ALL_F32)
     for t in reader.tensors:
-        writer.add_tensor(t.name, gguf.quants.dequantize(t.data, t.tensor_type).astype("float32"))
+        values = gguf.quants.dequantize(t.data, t.tensor_type).astype("float32")
+        if bf16 and values.ndim == 2:
+            kind = gguf.GGMLQuantizationType.BF16
+            writer.add_tensor(t.name, gguf.quants.quantize(values, kind), raw_dtype=kind)
+        else:
+            writer.add_tensor(t.name, values)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -137,12 +149,15 @@ def llama_call(llm, prompts: list[list[int]], n: int) -> dict:
             "eval_ms": r["eval_ms_per_token"]}
 
 
-def load_systems(folder: Path, q4: Path, f32: Path, threads: int, max_len: int) -> tuple[dict, set[str]]:
-    """Every system of SYSTEMS, loaded (the llama.cpp ones only if llama-cpp-python is installed),
-    and the keys of the llama.cpp ones loaded without extra CPU buffer types (`extra_buffers_work`)."""
+def load_systems(folder: Path, q4: Path, ggufs: dict[str, Path], threads: int, max_len: int) -> tuple[dict, set[str]]:
+    """Every system of SYSTEMS, loaded (the bf16 engine row only on a CPU with bf16 units, the
+    llama.cpp ones only if llama-cpp-python is installed; `ggufs`: the f32 and bf16 files by
+    system key), and the keys of the llama.cpp ones loaded without extra CPU buffer types
+    (`extra_buffers_work`)."""
     from transformers import AutoModelForCausalLM
 
     from wedlm import LLM
+    from wedlm.hardware import cpu_has_bf16_units
 
     # autocast=False: float32 compute like the other rows (on a CPU with bf16 units the engine would
     # otherwise autocast a model this wide to bf16, and its tokens would part from transformers' at near-ties)
@@ -150,6 +165,10 @@ def load_systems(folder: Path, q4: Path, f32: Path, threads: int, max_len: int) 
     systems = {"engine_eager": LLM(str(folder), enforce_eager=True, **kw), "engine_compiled": LLM(str(folder), enforce_eager=False, **kw),
                "engine_gguf": LLM(str(q4), enforce_eager=False, **kw),
                "transformers": AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()}
+    if cpu_has_bf16_units():
+        systems["engine_bf16"] = LLM(str(folder), enforce_eager=False, **dict(kw, autocast=True))
+    else:
+        print(f"real_model_speed: {LABELS['engine_bf16']}: n/a, this CPU has no bf16 units", file=sys.stderr)
     systems["transformers"].generation_config.eos_token_id = None  # exactly n tokens, like the others
     try:
         import llama_cpp  # noqa: F401  (only whether it is installed)
@@ -157,7 +176,7 @@ def load_systems(folder: Path, q4: Path, f32: Path, threads: int, max_len: int) 
         print("real_model_speed: llama-cpp-python is not installed; its rows are n/a", file=sys.stderr)
         return systems, set()
     plain = set()
-    for key, path in (("llama_f32", f32), ("llama_q4_1", q4)):
+    for key, path in (*ggufs.items(), ("llama_q4_1", q4)):
         extra = extra_buffers_work(path, threads)
         if not extra:
             print(f"real_model_speed: {LABELS[key]}: {PLAIN_BUFFERS_NOTE}", file=sys.stderr)
@@ -192,9 +211,9 @@ def phase(a: argparse.Namespace) -> list[dict]:
     (threads,) = a.threads
     torch.set_num_threads(threads)
     folder, q4 = Path(a.dir) / "SmolLM2-135M-Instruct", Path(a.dir) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    f32 = Path(a.f32_gguf)
     max_len = 256 + a.new_tokens
-    systems, plain = load_systems(folder, q4, f32, threads, max_len)
+    systems, plain = load_systems(folder, q4, {"llama_f32": Path(a.f32_gguf), "llama_bf16": Path(a.bf16_gguf)},
+                                  threads, max_len)
     tokenizer = systems["engine_eager"].tokenizer
     prompts = [encode_chat(tokenizer, [{"role": "user", "content": p}]) for p in PROMPTS]
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -276,8 +295,9 @@ def table(rows: list[dict]) -> str:
 
 
 def ratios(rows: list[dict]) -> list[str]:
-    """The targets: engine `ar` (the faster of eager/compiled) >= 2x transformers and >= 0.9x
-    llama.cpp float32, batch 1, by decode ms per token, per thread count."""
+    """The targets: engine `ar` (the faster of eager/compiled, float32) >= 2x transformers and >=
+    0.9x llama.cpp float32, batch 1, by decode ms per token, per thread count; then, where both
+    ran, engine `ar` under bf16 autocast against llama.cpp on the bf16 file."""
     by = {(r["system"], r["batch"], r["threads"]): r for r in rows}
     lines = []
     for threads in sorted({r["threads"] for r in rows}):
@@ -293,6 +313,11 @@ def ratios(rows: list[dict]) -> list[str]:
             verdict = "met" if speed >= target else "NOT met"
             lines.append(f"- {threads} thread(s), batch 1: {LABELS[best['system']]} is {speed:.2f}x "
                          f"{LABELS[peer]} per decoded token (target >= {target}x: {verdict})")
+        ours, theirs = by.get(("engine_bf16", 1, threads)), by.get(("llama_bf16", 1, threads))
+        if ours and theirs:
+            lines.append(f"- {threads} thread(s), batch 1: {LABELS['engine_bf16']} is "
+                         f"{theirs['decode_ms'] / ours['decode_ms']:.2f}x {LABELS['llama_bf16']} per decoded token "
+                         "(the same bf16 weights)")
     return lines
 
 
@@ -306,7 +331,8 @@ def markdown(result: dict) -> str:
         "makes one token of each answer; llama.cpp: wall clock through its Python binding, its own C++ forward "
         "counter in parentheses). Whole-answer tok/s: all new tokens over the call's wall time, prefill included. "
         "Same tokens: answers identical to transformers' batch-1 greedy answer. float32 rows use the same "
-        "weights (the Q4_1 file dequantized); the engine computes in float32 from the Q4_1 file too.",
+        "weights (the Q4_1 file dequantized); the engine computes in float32 from the Q4_1 file too. bf16 rows: "
+        "the same weights rounded to bf16 (the engine rounds them at load, llama.cpp reads a bf16 file).",
         "",
         table(result["rows"]),
         *([f"\\* {PLAIN_BUFFERS_NOTE}.", ""] if any(r.get("plain_buffers") for r in result["rows"]) else []),
@@ -364,6 +390,7 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--out-dir", default=None)
     ap.add_argument("--f32-gguf", default=None, help=argparse.SUPPRESS)  # set for the per-thread processes
+    ap.add_argument("--bf16-gguf", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--rows-json", default=None, help=argparse.SUPPRESS)
     return ap.parse_args()
 
@@ -378,12 +405,14 @@ def main() -> None:
         raise SystemExit(f"real_model_speed: no SmolLM2 folder under {d}; run scripts/fetch_smollm2.py")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        f32 = f32_gguf(d / "SmolLM2-135M-Instruct.Q4_1.gguf", Path(tmp) / "smollm2-f32.gguf")
+        q4 = d / "SmolLM2-135M-Instruct.Q4_1.gguf"
+        f32 = dequantized_gguf(q4, Path(tmp) / "smollm2-f32.gguf")
+        bf16 = dequantized_gguf(q4, Path(tmp) / "smollm2-bf16.gguf", bf16=True)
         for threads in a.threads:
             out = Path(tmp) / f"rows-{threads}.json"
             cmd = [sys.executable, __file__, "--dir", str(d), "--new-tokens", str(a.new_tokens), "--repeats",
                    str(a.repeats), "--batch1-prompts", str(a.batch1_prompts), "--threads", str(threads),
-                   "--f32-gguf", str(f32), "--rows-json", str(out)]
+                   "--f32-gguf", str(f32), "--bf16-gguf", str(bf16), "--rows-json", str(out)]
             subprocess.run(cmd, check=True)
             rows += json.loads(out.read_text())
     args = " ".join(sys.argv[1:])

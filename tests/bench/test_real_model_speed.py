@@ -39,7 +39,9 @@ def test_table_rows_and_missing_cells():
     assert "| transformers generate (f32) | 8 | 2 | n/a | n/a | |" in lines
     # the Q4_1 engine row exists at batch 1 only: no batch-8 line for it
     assert not any(line.startswith("| engine ar, compiled, from the Q4_1") and "| 8 |" in line for line in lines)
-    assert len(lines) == 2 + 2 * (6 + 5)  # header, then per thread count: 6 systems at batch 1, 5 at batch 8
+    assert "| engine ar, compiled, bf16 autocast | 8 | 2 | n/a | n/a | |" in lines
+    assert "| llama.cpp, bf16 GGUF | 1 | 1 | n/a | n/a | |" in lines
+    assert len(lines) == 2 + 2 * (8 + 7)  # header, then per thread count: 8 systems at batch 1, 7 at batch 8
 
 
 def test_targets_use_the_faster_engine_mode():
@@ -53,6 +55,14 @@ def test_targets_use_the_faster_engine_mode():
         "(target >= 2.0x: met)",
         "- 2 thread(s), batch 1: engine ar, eager (f32) is 0.83x llama.cpp, f32 GGUF per decoded token "
         "(target >= 0.9x: NOT met)"]
+
+
+def test_bf16_engine_against_bf16_llama_cpp():
+    """Where both bf16 rows ran, a line after the targets compares them (no target)."""
+    rows = [*ROWS, _row("engine_bf16", 1, 1, 8.0, 110.0, 2), _row("llama_bf16", 1, 1, 20.0, 50.0, 2, eval_ms=19.0)]
+    assert _bench().ratios(rows)[2] == ("- 1 thread(s), batch 1: engine ar, compiled, bf16 autocast is 2.50x "
+                                        "llama.cpp, bf16 GGUF per decoded token (the same bf16 weights)")
+    assert len(_bench().ratios(rows)) == 5
 
 
 def test_outputs_written(tmp_path):
@@ -82,7 +92,10 @@ def test_rows_of_llama_cpp_without_extra_buffers_are_marked(tmp_path):
     assert "ggml-org/llama.cpp#20824" not in bench.markdown(dict(result, rows=ROWS))
 
 
-def test_f32_gguf_dequantizes_and_copies_metadata(tmp_path):
+@pytest.mark.parametrize("bf16", [False, True])
+def test_dequantized_gguf_copies_metadata(tmp_path, bf16):
+    """Every tensor dequantized to float32, metadata and tokenizer copied; with `bf16` the matrices
+    rounded to bf16 and the vectors kept in float32."""
     gguf = pytest.importorskip("gguf")
     src = tmp_path / "q.gguf"
     w = gguf.GGUFWriter(str(src), "llama")
@@ -97,14 +110,17 @@ def test_f32_gguf_dequantizes_and_copies_metadata(tmp_path):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    reader = gguf.GGUFReader(str(_bench().f32_gguf(src, tmp_path / "f.gguf")))
+    reader = gguf.GGUFReader(str(_bench().dequantized_gguf(src, tmp_path / "f.gguf", bf16=bf16)))
     assert reader.fields["general.architecture"].contents() == "llama"
     assert reader.fields["llama.block_count"].contents() == 1
     assert reader.fields["tokenizer.ggml.tokens"].contents() == ["a", "b", "c"]
-    assert reader.fields["general.file_type"].contents() == gguf.LlamaFileType.ALL_F32
+    kinds = gguf.GGMLQuantizationType
+    assert reader.fields["general.file_type"].contents() == (gguf.LlamaFileType.MOSTLY_BF16 if bf16
+                                                             else gguf.LlamaFileType.ALL_F32)
     got = {t.name: t for t in reader.tensors}
-    assert {t.tensor_type for t in got.values()} == {gguf.GGMLQuantizationType.F32}
-    q = np.asarray(got["blk.0.attn_q.weight"].data)
+    assert got["blk.0.attn_q.weight"].tensor_type == (kinds.BF16 if bf16 else kinds.F32)
+    assert got["output_norm.weight"].tensor_type == kinds.F32
+    q = gguf.quants.dequantize(got["blk.0.attn_q.weight"].data, got["blk.0.attn_q.weight"].tensor_type)
     assert q.shape == (2, 64)
-    np.testing.assert_allclose(q, weight, atol=1 / 127)  # Q8_0: one scale per 32 values
+    np.testing.assert_allclose(q, weight, atol=1 / 127 + (2 ** -8 if bf16 else 0))  # Q8_0: one scale per 32
     np.testing.assert_array_equal(np.asarray(got["output_norm.weight"].data), np.arange(4, dtype=np.float32))

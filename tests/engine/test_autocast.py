@@ -99,3 +99,60 @@ def test_autocast_reads_precast_bf16_weights_with_the_same_logits(tiny_path):
     params = SamplingParams(temperature=0.0, max_tokens=8, decoding="wedlm", ignore_eos=True)
     assert precast.generate([[5, 9, 14]], params)[0]["token_ids"] == \
         reference.generate([[5, 9, 14]], params)[0]["token_ids"]
+
+
+def _precast_model(tiny_path):
+    from wedlm.engine.fast_model import optimize_for_inference, precast_for_autocast
+    from wedlm.model import load_model
+
+    return precast_for_autocast(optimize_for_inference(load_model(str(tiny_path)).eval()), torch.bfloat16)
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN")
+def test_bf16_panels_run_every_matmul_of_a_precast_model(tiny_path):
+    """On a CPU with AVX512-BF16 a precast model's matmuls get bf16 column panels (`use_panel_weights`),
+    which q/k/v, o, gate/up, down and lm_head then read: under autocast each module gives what it
+    gave on its bf16 weights, within a bf16 unit and float32 summation order."""
+    import torch.nn.functional as F
+
+    from wedlm.engine.fast_model import (
+        _matmul,
+        _matmuls,
+        bf16_panels_supported,
+        pack_panels,
+        use_native_ops,
+        use_panel_weights,
+    )
+
+    if not (bf16_panels_supported() and use_native_ops()):
+        pytest.skip("needs a CPU with AVX512-BF16 and the C++ operators")
+    model = _precast_model(tiny_path)
+    reference = _precast_model(tiny_path)
+    assert use_panel_weights(model)
+    targets = _matmuls(model)
+    assert len(targets) == 4 * model.config.num_hidden_layers + 1
+    for module, weight in targets:
+        assert weight.dtype == torch.bfloat16 and torch.equal(module.weight_panels, pack_panels(weight))
+    gen = torch.Generator().manual_seed(0)
+    layer, ref_layer = model.model.layers[0], reference.model.layers[0]
+    attn, o_in = layer.self_attn, layer.self_attn.o_proj.in_features
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        for rows in (1, 7):
+            x = torch.randn(rows, model.config.hidden_size, generator=gen)
+            pairs = [(model.lm_head(x), reference.lm_head(x)), (layer.mlp(x), ref_layer.mlp(x)),
+                     (attn.o_proj(x[:, :o_in]), ref_layer.self_attn.o_proj(x[:, :o_in])),
+                     (_matmul(attn, x, attn.qkv_weight, attn.qkv_bias), F.linear(x, attn.qkv_weight, attn.qkv_bias))]
+            for got, want in pairs:
+                assert got.dtype == want.dtype == torch.bfloat16 and got.shape == want.shape
+                assert (got.float() - want.float()).abs().max() <= 2 ** -7 * want.float().abs().max()
+                assert (got == want).float().mean() >= 0.9
+
+
+def test_no_bf16_panels_without_avx512_bf16(tiny_path, monkeypatch):
+    """Where the CPU cannot run the bf16 kernel the precast model keeps F.linear on its bf16 weights."""
+    from wedlm.engine import fast_model
+
+    monkeypatch.setattr(fast_model, "bf16_panels_supported", lambda: False)
+    model = _precast_model(tiny_path)
+    assert not fast_model.use_panel_weights(model)
+    assert all(module.weight_panels is None for module, _ in fast_model._matmuls(model))

@@ -17,6 +17,7 @@ from wedlm.engine.fast_model import (
     FEW_ROWS_MAX,
     ONEDNN_MIN_ROWS,
     PACKED_MIN_MACS,
+    bf16_panels_supported,
     pack_panels,
     pack_weight,
     use_native_ops,
@@ -104,8 +105,8 @@ def test_few_rows_mm_is_the_matmul_for_long_rows(cpp_op, k):
 
 
 def test_the_matmul_takes_few_rows_on_the_panels(cpp_op):
-    """With a panel copy, 2 to FEW_ROWS_MAX rows run `few_rows_mm` (no oneDNN call, its values),
-    more rows the oneDNN rule, one row at::linear; 3-D inputs keep their shape."""
+    """With a panel copy, 1 to FEW_ROWS_MAX rows run `few_rows_mm` (no oneDNN call, its values),
+    more rows the oneDNN rule; 3-D inputs keep their shape."""
     gen = torch.Generator().manual_seed(3)
     w = torch.randn(1024, 192, generator=gen)
     packed, key = pack_weight(w)
@@ -114,7 +115,7 @@ def test_the_matmul_takes_few_rows_on_the_panels(cpp_op):
         x = torch.randn(rows, 192, generator=gen)
         with torch.inference_mode():
             got = _rule(cpp_op, x, w, None, key, wt)
-            few = 2 <= rows <= FEW_ROWS_MAX
+            few = rows <= FEW_ROWS_MAX
             want = torch.ops.wedlm_cpu.few_rows_mm(x, wt, 1024, None) if few else _rule(cpp_op, x, w, None, key)
             assert torch.equal(got, want)
             assert _calls_onednn(lambda x=x: _rule(cpp_op, x, w, None, key, wt)) is (rows > FEW_ROWS_MAX)
@@ -128,16 +129,24 @@ def test_few_rows_mm_refuses_what_it_does_not_compute(cpp_op):
     mm = torch.ops.wedlm_cpu.few_rows_mm
     with pytest.raises(RuntimeError, match="N must be a positive multiple of 16, got 40"):
         mm(torch.randn(3, 8), torch.randn(320), 40, None)
-    with pytest.raises(RuntimeError, match="panels must be a contiguous packing of N x K = 128 floats, got 144"):
+    with pytest.raises(RuntimeError, match="panels must be a contiguous packing of N x K = 128 values, got 144"):
         mm(torch.randn(3, 8), torch.randn(144), 16, None)
     with pytest.raises(RuntimeError, match=r"x must be \[M, K\]"):
         mm(torch.randn(3, 1, 8), torch.randn(128), 16, None)
     with pytest.raises(RuntimeError, match=r"bias must be float32 \[N = 16\]"):
         mm(torch.randn(3, 8), torch.randn(128), 16, torch.randn(8))
-    with pytest.raises(RuntimeError, match="must be float32"):
+    with pytest.raises(RuntimeError, match="panels must be float32 or bfloat16, got Double"):
         mm(torch.randn(3, 8).double(), torch.randn(128).double(), 16, None)
+    with pytest.raises(RuntimeError, match=r"x \(Float\) and panels \(BFloat16\) must have one dtype"):
+        mm(torch.randn(3, 8), torch.randn(128).bfloat16(), 16, None)
+    with pytest.raises(RuntimeError, match=r"bias must be bfloat16 \[N = 16\]"):
+        mm(torch.randn(3, 8).bfloat16(), torch.randn(128).bfloat16(), 16, torch.randn(16))
+    with pytest.raises(RuntimeError, match="bf16 panels need an even K, got 7"):
+        mm(torch.randn(3, 7).bfloat16(), torch.randn(112).bfloat16(), 16, None)
     with pytest.raises(ValueError, match="out_features must be a multiple of 16, got 40"):
         pack_panels(torch.randn(40, 8))
+    with pytest.raises(ValueError, match="a bf16 weight needs an even in_features, got 7"):
+        pack_panels(torch.randn(16, 7).bfloat16())
 
 
 def test_pack_panels_lays_out_column_panels():
@@ -148,6 +157,61 @@ def test_pack_panels_lays_out_column_panels():
     for p in range(5):
         assert torch.equal(got[48 * p:48 * (p + 1)].view(3, 16), w[16 * p:16 * (p + 1)].t())
     assert got[:4].tolist() == [0.0, 3.0, 6.0, 9.0] and got[16:18].tolist() == [1.0, 4.0]
+
+
+def test_pack_panels_lays_out_bf16_column_pairs():
+    """A bf16 panel is K / 2 rows of 16 column pairs: (w[n, 2 j], w[n, 2 j + 1]) for n in the panel."""
+    w = torch.arange(32 * 4, dtype=torch.float32).view(32, 4).bfloat16()  # w[n, k] = 4n + k
+    got = pack_panels(w)
+    assert got.dtype == torch.bfloat16 and got.shape == (128,)
+    assert got[:6].tolist() == [0, 1, 4, 5, 8, 9] and got[32:34].tolist() == [2, 3]
+    assert got[64:66].tolist() == [64, 65]  # panel 1 starts at column 16
+    for p in range(2):
+        for j in range(2):
+            pairs = got[64 * p + 32 * j:64 * p + 32 * (j + 1)].view(16, 2)
+            assert torch.equal(pairs, w[16 * p:16 * (p + 1), 2 * j:2 * j + 2])
+
+
+needs_bf16 = pytest.mark.skipif(not bf16_panels_supported(), reason="needs a CPU with AVX512-BF16")
+
+
+@needs_bf16
+@pytest.mark.parametrize("rows", [1, 2, 5, 16, 17, 40])
+@pytest.mark.parametrize("n,k", [(64, 96), (960, 576), (576, 1536), (48, 2)])
+def test_few_rows_mm_on_bf16_panels_is_autocasts_linear(cpp_op, rows, n, k):
+    """bf16 x and panels: float32 sums of bf16 products rounded to bf16 once, as F.linear under
+    bf16 autocast; the two sum in other orders, so an output may be a bf16 unit from torch's (more
+    only within float32 summation error, where the sum cancels), and is as close to the float64
+    product of the same bf16 values."""
+    gen = torch.Generator().manual_seed(rows * 11 + n + k)
+    w, b = torch.randn(n, k, generator=gen).bfloat16(), torch.randn(n, generator=gen).bfloat16()
+    x = torch.randn(rows, k, generator=gen)
+    for bias in (None, b):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            want = F.linear(x, w, bias)
+        got = torch.ops.wedlm_cpu.few_rows_mm(x.bfloat16(), pack_panels(w), n, bias)
+        assert got.dtype == torch.bfloat16 and got.shape == (rows, n)
+        exact = x.bfloat16().double() @ w.double().t() + (0 if bias is None else bias.double())
+        ulp = torch.finfo(torch.bfloat16).eps * torch.maximum(got.double().abs(), want.double().abs())
+        sums = k * torch.finfo(torch.float32).eps * (x.bfloat16().double().abs() @ w.double().abs().t())
+        apart = (got.double() - want.double()).abs()
+        assert (apart <= ulp + sums).all() and (apart == 0).float().mean() >= 0.99
+        assert (got.double() - exact).abs().max() <= (want.double() - exact).abs().max() + ulp.max()
+
+
+@needs_bf16
+def test_the_matmul_takes_bf16_rows_on_bf16_panels(cpp_op):
+    """bf16 inputs with bf16 panels: 1 to FEW_ROWS_MAX rows by `few_rows_mm`, more by at::linear
+    on the bf16 weight (what autocast's F.linear computes); bf16 out either way."""
+    gen = torch.Generator().manual_seed(9)
+    w = torch.randn(256, 128, generator=gen).bfloat16()
+    panels = pack_panels(w)
+    for rows in (1, 16, FEW_ROWS_MAX, FEW_ROWS_MAX + 1):
+        x = torch.randn(rows, 128, generator=gen).bfloat16()
+        got = _rule(cpp_op, x, w, None, 0, panels)
+        want = (torch.ops.wedlm_cpu.few_rows_mm(x, panels, 256, None) if rows <= FEW_ROWS_MAX
+                else F.linear(x, w))
+        assert got.dtype == torch.bfloat16 and torch.equal(got, want)
 
 
 def test_the_instruction_set_follows_the_cpu_flags():

@@ -18,7 +18,9 @@ Under bf16 autocast, `precast_for_autocast` also keeps a bf16 copy of every matm
 weight: torch.autocast otherwise casts each fp32 weight to bf16 in every forward
 (its cast cache lives for one autocast region), which made a one-slot forward
 1.4-2.1x slower than fp32 on an AMX CPU (docs/engine.md). Same rounding, so the
-same logits.
+same logits. On a CPU with AVX512-BF16, `use_panel_weights` then gives those bf16 copies column
+panels for the engine's bf16 matmul (`bf16_panel_linear`), which streams them at the memory's
+rate where oneDNN's one-row bf16 kernels did not (SmolLM2-135M: half the time per token).
 On a CPU whose BLAS runs float32 matrix products slowly (`hardware.cpu_prefers_onednn_linear`:
 MKL on an AMD Zen 4 core ran [32, 192] x [192, 1024] at half oneDNN's speed), `use_onednn_linear`
 routes the float32 matmuls of at least `PACKED_MIN_MACS` multiply-adds through oneDNN, on weights
@@ -43,6 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..hardware import cpu_flags, cpu_is_x86
 from ..model.attention import use_cpu_attention
 from ..model.layers import RMSNorm, SwiGLU, apply_rope
 from ..model.qwen import Attention, QwenForCausalLM
@@ -294,7 +297,10 @@ def _matmul(module: nn.Module, x: torch.Tensor, weight: torch.Tensor, bias: torc
     once `use_transposed_gemv` made it, or `onednn_linear` (with the module's prepacked weight,
     `packed_key`) once `use_onednn_linear` set the module's `onednn`; both with the module's
     column panels (`weight_panels`) once `use_panel_weights` made them, which a module without
-    oneDNN runs through `panel_linear`."""
+    oneDNN runs through `panel_linear`; bf16 panels (a `precast_for_autocast`ed model) go to
+    `bf16_panel_linear`."""
+    if module.weight_panels is not None and module.weight_panels.dtype == torch.bfloat16:
+        return bf16_panel_linear(x, weight, bias, module.weight_panels)
     if _one_row(module, x):
         return one_row_linear(x, module.weight_t, bias, module.weight_panels)
     if module.onednn:
@@ -322,6 +328,26 @@ def panel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
             and x.numel() != x.shape[-1]):  # a symbolic size is never 1: this test adds no guard
         return _native_linear(x, weight, bias, panels, 0, PACKED_MIN_MACS, _NO_ONEDNN_ROWS, FEW_ROWS_MAX)
     return F.linear(x, weight, bias)
+
+
+def bf16_panel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                      panels: torch.Tensor) -> torch.Tensor:
+    """`F.linear(x, weight, bias)` under bf16 autocast, for a matmul with bf16 column panels
+    (`use_panel_weights` on a `precast_for_autocast`ed model, on a CPU with AVX512-BF16): x cast to
+    bf16 as autocast casts it, then `wedlm_cpu::linear`, which runs 1 to FEW_ROWS_MAX rows by
+    `few_rows_mm` on `panels` (float32 sums of bf16 products, rounded to bf16 once) and more rows
+    by at::linear on `weight`, eager and compiled alike.
+
+    Args:
+        x: [..., in_features], any float dtype; weight: bf16 [out_features, in_features];
+        bias: bf16 [out_features] or None; panels: `pack_panels(weight)`.
+
+    Returns:
+        bf16 [..., out_features]: autocast's F.linear within float32 summation order (an output
+        may be one bf16 unit apart).
+    """
+    return _native_linear(x.to(torch.bfloat16), weight, bias, panels, 0, PACKED_MIN_MACS, _NO_ONEDNN_ROWS,
+                          FEW_ROWS_MAX)
 
 
 class OneDNNLinear(nn.Linear):
@@ -421,9 +447,14 @@ class FusedSwiGLU(SwiGLU):
 
 
 class PrecastLinear(nn.Linear):
-    """nn.Linear whose matmul reads a low-precision copy of its weight and bias (`weight16`, `bias16`)."""
+    """nn.Linear whose matmul reads a low-precision copy of its weight and bias (`weight16`, `bias16`),
+    or its column panels once `use_panel_weights` made them (`bf16_panel_linear`)."""
+
+    weight_panels = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.weight_panels is not None:
+            return bf16_panel_linear(x, self.weight16, self.bias16, self.weight_panels)
         return F.linear(x, self.weight16, self.bias16)
 
 
@@ -471,7 +502,10 @@ def use_onednn_linear(model: QwenForCausalLM, prepack: bool = True) -> QwenForCa
         return model
     if not torch.backends.mkldnn.is_available():
         raise RuntimeError("use_onednn_linear needs a torch build with oneDNN (torch.backends.mkldnn)")
-    for module, weight in _matmuls(model):
+    targets = _matmuls(model)
+    if any(weight.dtype != torch.float32 for _, weight in targets):
+        return model
+    for module, weight in targets:
         if isinstance(module, (FusedQKVAttention, FusedSwiGLU)):
             module.onednn = True
         else:
@@ -508,23 +542,32 @@ def use_transposed_gemv(model: QwenForCausalLM, max_bytes: int = TRANSPOSED_GEMV
 
 def pack_panels(weight: torch.Tensor) -> torch.Tensor:
     """weight [N, K] (N a multiple of PANEL_COLUMNS = 16) in `few_rows_mm`'s layout: 1-D, N * K
-    values of weight's dtype, panel p (columns 16 p .. 16 p + 15) as K rows of 16 values, one
-    panel after another. A copy: later changes to weight are not seen.
+    values of weight's dtype, panel p (columns 16 p .. 16 p + 15) one after another. A float32
+    panel holds K rows of 16 values; a bf16 one K / 2 rows of 16 column pairs (w[n, 2 j],
+    w[n, 2 j + 1]), the operand of AVX512-BF16's pair products. A copy: later changes to weight
+    are not seen.
 
     Raises:
-        ValueError: N not a multiple of 16.
+        ValueError: N not a multiple of 16, or a bf16 weight with an odd K.
     """
     n, k = weight.shape
     if n % PANEL_COLUMNS:
         raise ValueError(f"pack_panels: out_features must be a multiple of {PANEL_COLUMNS}, got {n}")
-    panels = weight.detach().t().reshape(k, n // PANEL_COLUMNS, PANEL_COLUMNS).permute(1, 0, 2)
+    if weight.dtype == torch.bfloat16:
+        if k % 2:
+            raise ValueError(f"pack_panels: a bf16 weight needs an even in_features, got {k}")
+        panels = weight.detach().reshape(n // PANEL_COLUMNS, PANEL_COLUMNS, k // 2, 2).permute(0, 2, 1, 3)
+    else:
+        panels = weight.detach().t().reshape(k, n // PANEL_COLUMNS, PANEL_COLUMNS).permute(1, 0, 2)
     return panels.contiguous().reshape(-1)
 
 
 def use_panel_weights(model: QwenForCausalLM, max_bytes: int = PANELS_MAX_BYTES) -> bool:
     """Give every matmul of an `optimize_for_inference`d CPU float32 model a copy of its weight in
     column panels (`pack_panels`), which compiled graphs with the C++ operators run 1 to
-    FEW_ROWS_MAX rows on (`wedlm_cpu::few_rows_mm`); in place. Returns whether it did. More rows
+    FEW_ROWS_MAX rows on (`wedlm_cpu::few_rows_mm`); in place. Returns whether it did. The panels
+    have the dtype of the weights the matmuls read: float32, or bf16 for a `precast_for_autocast`ed
+    model on a CPU with AVX512-BF16 (`bf16_panels_supported`; `bf16_panel_linear`). More rows
     keep their kernel: oneDNN where `use_onednn_linear` routed the matmul there, else BLAS
     (`panel_linear`). The panels replace the module's transposed copy (`use_transposed_gemv`'s
     `weight_t`, dropped): one-row matmuls run on them too, eager ones included. Memory: a copy of
@@ -535,12 +578,16 @@ def use_panel_weights(model: QwenForCausalLM, max_bytes: int = PANELS_MAX_BYTES)
     if _native_linear is None or model.dtype != torch.float32 or model.device.type != "cpu":
         return False
     targets = _matmuls(model)
-    if (not targets or any(w.dtype != torch.float32 or w.shape[0] % PANEL_COLUMNS for _, w in targets)
+    dtype = targets[0][1].dtype if targets else None
+    if dtype == torch.bfloat16 and (not bf16_panels_supported() or any(w.shape[1] % 2 for _, w in targets)):
+        return False
+    if (dtype not in (torch.float32, torch.bfloat16)
+            or any(w.dtype != dtype or w.shape[0] % PANEL_COLUMNS for _, w in targets)
             or sum(w.numel() * w.element_size() for _, w in targets) > max_bytes):
         return False
     # every panel copy in one block of memory on 2 MB pages where the kernel gives them: a step
     # streams all of them, and with 4 KB pages each 4 KB of weights costs a TLB miss
-    block = huge_page_tensor(sum(w.numel() for _, w in targets))
+    block = huge_page_tensor(sum(w.numel() for _, w in targets), dtype)
     start = 0
     for module, weight in targets:
         panels = block[start:start + weight.numel()]
@@ -550,6 +597,12 @@ def use_panel_weights(model: QwenForCausalLM, max_bytes: int = PANELS_MAX_BYTES)
             module.__class__ = TransposedGemvLinear
         start += weight.numel()
     return True
+
+
+def bf16_panels_supported() -> bool:
+    """`few_rows_mm` runs bf16 panels here: an x86-64 CPU with AVX512-BF16 (`vdpbf16ps`), whatever
+    `WEDLM_CPU_BF16` says about the automatic choice of autocast."""
+    return cpu_is_x86() and "avx512_bf16" in cpu_flags()
 
 
 def huge_page_tensor(numel: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -582,7 +635,7 @@ def huge_page_tensor(numel: int, dtype: torch.dtype = torch.float32) -> torch.Te
 def _matmuls(model: QwenForCausalLM) -> list[tuple[nn.Module, torch.Tensor]]:
     """(module, the weight its matmul reads) for every matmul of an `optimize_for_inference`d model:
     the fused q/k/v and gate/up weights, and every other linear (o_proj, down_proj, lm_head) that
-    is not a part of a fused one."""
+    is not a part of a fused one (its `precast_for_autocast` copy where it has one)."""
     fused_parts = {id(lin) for module in model.modules() for lin in _fused_projections(module)}
     found = []
     for module in model.modules():
@@ -592,6 +645,8 @@ def _matmuls(model: QwenForCausalLM) -> list[tuple[nn.Module, torch.Tensor]]:
             found.append((module, module.gate_up_weight))
         elif type(module) in (nn.Linear, OneDNNLinear, TransposedGemvLinear) and id(module) not in fused_parts:
             found.append((module, module.weight))
+        elif type(module) is PrecastLinear:
+            found.append((module, module.weight16))
     return found
 
 

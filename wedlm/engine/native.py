@@ -10,7 +10,8 @@ shared by machines with other CPUs keeps one build per set. Compiled CPU graphs 
 operators (`fast_model.use_native_ops`):
 
 * `torch.ops.wedlm_cpu.linear`: the float32 matmul of two or more rows (`fast_model.onednn_linear`,
-  `fast_model.panel_linear`): `few_rows_mm` up to `fast_model.FEW_ROWS_MAX` rows, else oneDNN on
+  `fast_model.panel_linear`) and the bf16 one on bf16 panels (`fast_model.bf16_panel_linear`):
+  `few_rows_mm` up to `fast_model.FEW_ROWS_MAX` rows, else oneDNN on
   a prepacked weight where the CPU takes oneDNN, else BLAS, with
   `torch.ops.wedlm_cpu.remember` for the prepacked weights' keys. The
   oneDNN operator written in Python costs one call into the interpreter per matmul (a batch-1
@@ -20,7 +21,9 @@ operators (`fast_model.use_native_ops`):
   windows and short prefills at the core's FMA rate (oneDNN ran the shipped model's 16-row
   matmuls at 45-100 GFLOP/s on a Zen 4 core, this loop at ~113; MKL at 59-63 on a Zen 3 core, this
   loop at 77-85; the same float32 sums in the same order for K <= 512, so the same values as
-  oneDNN there).
+  oneDNN there). On bf16 panels (CPUs with AVX512-BF16) it is bf16 autocast's matmul
+  (`fast_model.bf16_panel_linear`): SmolLM2-135M's batch-1 `ar` step took half the time of
+  oneDNN's bf16 matmuls on a Xeon with AMX.
 * `torch.ops.wedlm_cpu.one_row_mm`: x[1, K] @ weight_t[K, N], the one-row float32 matmuls of a
   batch-1 `ar` step (`fast_model.one_row_linear`), a loop that streams the weights faster than
   torch's BLAS does on AMD CPUs (its kernel there is 4-wide SSE).

@@ -26,6 +26,10 @@
 
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "simd.h"
 
 namespace {
@@ -142,21 +146,134 @@ void columns(const float* x, int64_t M, int64_t K, const float* packed, int64_t 
   for (; n0 < c1; n0 += PANEL) row_blocks<PANEL_VECTORS>(x, M, K, packed + n0 * K, bias, y, N, n0);
 }
 
+
+// bf16 panels (`pack_panels` of a bf16 weight): panel p holds columns 16 p .. 16 p + 15 as K / 2 rows
+// of 16 column pairs (w[n, 2 j], w[n, 2 j + 1]), one zmm per row, for AVX512-BF16's `vdpbf16ps`,
+// which adds the products of one such pair and a pair of x into each float32 accumulator. What
+// `torch.autocast` makes of a float32 model's matmuls on a CPU with bf16 units (bf16 inputs and
+// weights, float32 sums, bf16 outputs), reading half the bytes of float32 panels: oneDNN's
+// one-row bf16 matmuls streamed SmolLM2-135M's weights at ~9 GB/s on a Xeon with AMX, slower than
+// the float32 panels, and took 82% of its bf16 `ar` step. Tiles are those of the float32 kernel
+// with a k-pair in place of a k: up to 16 rows x one panel, or one row x four panels. Sums are
+// float32 in another order than oneDNN's, so an output may differ from torch's by one bf16 unit.
+#if defined(__x86_64__)
+#define WEDLM_BF16 __attribute__((target("avx512f,avx512bw,avx512bf16")))
+
+template <int MR, int NP, bool FETCH>
+WEDLM_BF16 void tile_bf16(const uint32_t* x, int64_t KP, const uint16_t* w, const float* bias, uint16_t* y,
+                          int64_t N, int64_t n0) {
+  __m512 acc[MR][NP];
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 16
+    for (int v = 0; v < NP; ++v) acc[r][v] = _mm512_setzero_ps();
+  for (int64_t kp = 0; kp < KP; ++kp, w += 2 * PANEL) {
+    __m512i b[NP];
+#pragma GCC unroll 16
+    for (int v = 0; v < NP; ++v) {
+      if (FETCH) __builtin_prefetch(w + AHEAD * 2 * PANEL + v * KP * 2 * PANEL);
+      b[v] = _mm512_loadu_si512(w + v * KP * 2 * PANEL);
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      const __m512i a = _mm512_set1_epi32((int)(MR > 1 ? x[kp * MR + r] : x[kp]));
+#pragma GCC unroll 16
+      for (int v = 0; v < NP; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], (__m512bh)a, (__m512bh)b[v]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 16
+    for (int v = 0; v < NP; ++v) {
+      __m512 out = acc[r][v];
+      if (bias) out = _mm512_add_ps(out, _mm512_loadu_ps(bias + n0 + PANEL * v));
+      _mm256_storeu_si256((__m256i*)(y + r * N + n0 + PANEL * v), (__m256i)_mm512_cvtneps_pbh(out));
+    }
+}
+
+template <bool FETCH, int MR = 1>
+WEDLM_BF16 void tile_bf16_of(int64_t rows, const uint32_t* x, int64_t KP, const uint16_t* w, const float* bias,
+                             uint16_t* y, int64_t N, int64_t n0) {
+  if constexpr (MR < 16) {
+    if (rows > MR) return tile_bf16_of<FETCH, MR + 1>(rows, x, KP, w, bias, y, N, n0);
+  }
+  tile_bf16<MR, 1, FETCH>(x, KP, w, bias, y, N, n0);
+}
+
+WEDLM_BF16 void columns_bf16(const uint32_t* x, int64_t M, int64_t KP, const uint16_t* packed, int64_t N,
+                             const float* bias, uint16_t* y, int64_t c0, int64_t c1) {
+  int64_t n0 = c0;
+  if (M == 1)
+    for (; n0 + 4 * PANEL <= c1; n0 += 4 * PANEL) tile_bf16<1, 4, true>(x, KP, packed + n0 * KP * 2, bias, y, N, n0);
+  const int64_t blocks = (M + 15) / 16;
+  for (; n0 < c1; n0 += PANEL)
+    for (int64_t b = 0, m = 0; b < blocks; ++b) {
+      const int64_t rows = M / blocks + (b < M % blocks ? 1 : 0);
+      const uint16_t* w = packed + n0 * KP * 2;
+      if (b == 0) {
+        tile_bf16_of<true>(rows, x + m * KP, KP, w, bias, y + m * N, N, n0);
+      } else {
+        tile_bf16_of<false>(rows, x + m * KP, KP, w, bias, y + m * N, N, n0);
+      }
+      m += rows;
+    }
+}
+#endif
+
+// x [M, K] bf16 @ the bf16 panels: bf16 [M, N]
+at::Tensor few_rows_mm_bf16(const at::Tensor& x, const at::Tensor& panels_w, int64_t N, const float* bias) {
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16, "few_rows_mm: bf16 panels need a bf16 x, got ", x.scalar_type());
+  const int64_t K = x.size(1);
+  TORCH_CHECK(K % 2 == 0, "few_rows_mm: bf16 panels need an even K, got ", K);
+#if defined(__x86_64__)
+  TORCH_CHECK(__builtin_cpu_supports("avx512bf16"), "few_rows_mm: bf16 panels need a CPU with AVX512-BF16");
+  const at::Tensor rows = x.contiguous();
+  const int64_t M = rows.size(0), KP = K / 2;
+  at::Tensor y = at::empty({M, N}, x.options());
+  if (M == 0) return y;
+  const uint32_t* xp = reinterpret_cast<const uint32_t*>(rows.data_ptr());
+  std::vector<uint32_t> packed_x;  // k-pair-major blocks, as `pack_blocks` lays out floats
+  if (M > 1) {
+    packed_x.resize(M * KP);
+    const int64_t blocks = (M + 15) / 16;
+    for (int64_t b = 0, m = 0; b < blocks; ++b) {
+      const int64_t n = M / blocks + (b < M % blocks ? 1 : 0);
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t kp = 0; kp < KP; ++kp) packed_x[m * KP + kp * n + r] = xp[(m + r) * KP + kp];
+      m += n;
+    }
+    xp = packed_x.data();
+  }
+  const uint16_t* wp = reinterpret_cast<const uint16_t*>(panels_w.data_ptr());
+  uint16_t* yp = reinterpret_cast<uint16_t*>(y.data_ptr());
+  at::parallel_for(0, (N + 4 * PANEL - 1) / (4 * PANEL), 1, [&](int64_t begin, int64_t end) {
+    columns_bf16(xp, M, KP, wp, N, bias, yp, begin * 4 * PANEL, std::min(N, end * 4 * PANEL));
+  });
+  return y;
+#else
+  TORCH_CHECK(false, "few_rows_mm: bf16 panels need an x86-64 CPU with AVX512-BF16");
+#endif
+}
+
 at::Tensor few_rows_mm(const at::Tensor& x, const at::Tensor& panels_w, int64_t N, const std::optional<at::Tensor>& bias) {
-  TORCH_CHECK(x.scalar_type() == at::kFloat && panels_w.scalar_type() == at::kFloat,
-              "few_rows_mm: x and panels must be float32");
+  TORCH_CHECK(panels_w.scalar_type() == at::kFloat || panels_w.scalar_type() == at::kBFloat16,
+              "few_rows_mm: panels must be float32 or bfloat16, got ", panels_w.scalar_type());
+  TORCH_CHECK(x.scalar_type() == panels_w.scalar_type(), "few_rows_mm: x (", x.scalar_type(),
+              ") and panels (", panels_w.scalar_type(), ") must have one dtype");
   TORCH_CHECK(x.dim() == 2, "few_rows_mm: x must be [M, K], got ", x.sizes());
   const int64_t K = x.size(1);
   TORCH_CHECK(N > 0 && N % PANEL == 0, "few_rows_mm: N must be a positive multiple of 16, got ", N);
   TORCH_CHECK(panels_w.is_contiguous() && panels_w.numel() == N * K,
-              "few_rows_mm: panels must be a contiguous packing of N x K = ", N * K, " floats, got ", panels_w.numel());
+              "few_rows_mm: panels must be a contiguous packing of N x K = ", N * K, " values, got ", panels_w.numel());
   const float* bp = nullptr;
   at::Tensor b;
   if (bias.has_value() && bias->defined()) {
-    b = bias->contiguous();
-    TORCH_CHECK(b.scalar_type() == at::kFloat && b.numel() == N, "few_rows_mm: bias must be float32 [N = ", N, "]");
+    TORCH_CHECK(bias->scalar_type() == x.scalar_type() && bias->numel() == N, "few_rows_mm: bias must be ",
+                x.scalar_type() == at::kFloat ? "float32" : "bfloat16", " [N = ", N, "]");
+    b = bias->to(at::kFloat).contiguous();  // bf16 outputs add the bias to the float32 sums
     bp = b.data_ptr<float>();
   }
+  if (x.scalar_type() == at::kBFloat16) return few_rows_mm_bf16(x, panels_w, N, bp);
   const at::Tensor rows = x.contiguous();
   const int64_t M = rows.size(0);
   at::Tensor y = at::empty({M, N}, x.options());

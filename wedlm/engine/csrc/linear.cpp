@@ -1,4 +1,5 @@
-// wedlm_cpu::linear: the compiled CPU graph's float32 matmul of two or more rows, as a C++ kernel:
+// wedlm_cpu::linear: the compiled CPU graph's float32 matmul of two or more rows (and, with bf16
+// panels, the bf16 matmul of `fast_model.bf16_panel_linear`, eager or compiled), as a C++ kernel:
 // `few_rows_mm` on the weight's column panels for up to `few_rows_max` rows, else oneDNN on a prepacked
 // weight where that pays, else at::linear. The oneDNN part in Python (`fast_model._onednn_linear_cpu`,
 // what compiled graphs call where this library cannot be built) costs a call from inductor's C++
@@ -58,14 +59,14 @@ at::Tensor few_rows_mm(const at::Tensor& x, const at::Tensor& panels, int64_t N,
 
 // F.linear(x, weight, bias) by `fast_model`'s rule, whose thresholds come in as arguments:
 // `few_rows_mm` on `panels` (the weight packed by `fast_model.pack_panels`, when the model has
-// them) for 2 to `few_rows_max` rows (fast_model.FEW_ROWS_MAX), else oneDNN where it pays
+// them) for 1 to `few_rows_max` rows (fast_model.FEW_ROWS_MAX), else oneDNN where it pays
 // (`min_macs` and `min_rows`: fast_model.PACKED_MIN_MACS and ONEDNN_MIN_ROWS), else at::linear.
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                   const std::optional<at::Tensor>& panels, int64_t packed_key, int64_t min_macs, int64_t min_rows,
                   int64_t few_rows_max) {
   const int64_t features = x.size(-1);
   const int64_t rows = features == 0 ? 0 : x.numel() / features;
-  const bool few = panels.has_value() && panels->defined() && rows >= 2 && rows <= few_rows_max;
+  const bool few = panels.has_value() && panels->defined() && rows >= 1 && rows <= few_rows_max;
   const at::Tensor packed = few ? at::Tensor() : packed_tensor(packed_key);
   const bool onednn = packed.defined() ? rows >= 2 && rows * weight.numel() >= min_macs : rows >= min_rows;
   if (!few && !onednn) return at::linear(x, weight, bias);
