@@ -124,11 +124,16 @@ def test_bf16_panels_run_every_matmul_of_a_precast_model(tiny_path):
         use_panel_weights,
     )
 
+    from wedlm.engine import fast_model
+    from wedlm.hardware import cpu_flags
+
     if not (bf16_panels_supported() and use_native_ops()):
         pytest.skip("needs a CPU with AVX512-BF16 and the C++ operators")
     model = _precast_model(tiny_path)
     reference = _precast_model(tiny_path)
     assert use_panel_weights(model)
+    amx = "amx_bf16" in cpu_flags()
+    assert fast_model._bf16_few_rows_max == (fast_model.BF16_AMX_FEW_ROWS_MAX if amx else fast_model.FEW_ROWS_MAX)
     targets = _matmuls(model)
     assert len(targets) == 4 * model.config.num_hidden_layers + 1
     for module, weight in targets:
@@ -137,7 +142,7 @@ def test_bf16_panels_run_every_matmul_of_a_precast_model(tiny_path):
     layer, ref_layer = model.model.layers[0], reference.model.layers[0]
     attn, o_in = layer.self_attn, layer.self_attn.o_proj.in_features
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
-        for rows in (1, 7):
+        for rows in (1, 7, 40):  # 40 rows: oneDNN on a CPU with AMX
             x = torch.randn(rows, model.config.hidden_size, generator=gen)
             pairs = [(model.lm_head(x), reference.lm_head(x)), (layer.mlp(x), ref_layer.mlp(x)),
                      (attn.o_proj(x[:, :o_in]), ref_layer.self_attn.o_proj(x[:, :o_in])),
@@ -156,3 +161,26 @@ def test_no_bf16_panels_without_avx512_bf16(tiny_path, monkeypatch):
     model = _precast_model(tiny_path)
     assert not fast_model.use_panel_weights(model)
     assert all(module.weight_panels is None for module, _ in fast_model._matmuls(model))
+
+
+@pytest.mark.slow
+def test_compiled_bf16_autocast_reads_bf16_panels(tiny_path):
+    """A compiled engine under bf16 autocast on a CPU with AVX512-BF16 runs its matmuls on bf16
+    panels: one forward's logits within bf16 rounding of the eager autocast engine's (the tiny
+    random model's greedy tokens part at its many near ties under any change of rounding)."""
+    from wedlm.engine.fast_model import bf16_panels_supported
+    from wedlm.engine.runner import ForwardItem
+
+    if not bf16_panels_supported():
+        pytest.skip("needs a CPU with AVX512-BF16")
+    torch._dynamo.reset()
+    kw = dict(kv_block_size=4, wedlm_window_size=4, device="cpu", autocast=True)
+    compiled, eager = LLM(str(tiny_path), enforce_eager=False, **kw), LLM(str(tiny_path), enforce_eager=True, **kw)
+    assert compiled.engine.runner.panel_weights and not eager.engine.runner.panel_weights
+    item = ForwardItem([5, 9, 14, 20], [0, 1, 2, 3], [0, 3], 0, [0, 1, 2, 3])
+    a, b = (llm.engine.runner.run([item])[0].logits for llm in (compiled, eager))
+    finite = torch.isfinite(b)
+    assert torch.equal(torch.isfinite(a), finite)
+    assert (a[finite] - b[finite]).abs().max() <= 0.02 * b[finite].abs().max()
+    params = SamplingParams(temperature=0.0, max_tokens=8, decoding="ar", ignore_eos=True)
+    assert len(compiled.generate([[5, 9, 14]], params)[0]["token_ids"]) == 8

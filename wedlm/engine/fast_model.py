@@ -89,6 +89,11 @@ PANEL_COLUMNS = 16
 # `use_panel_weights` costs one more copy of the matmul weights; models whose float32 matmul
 # weights are larger than this keep oneDNN for few rows.
 PANELS_MAX_BYTES = 2 << 30
+# bf16 matmuls (`bf16_panel_linear`) of more rows than this run on oneDNN where the CPU has AMX:
+# its tile units beat `few_rows_mm`'s `vdpbf16ps` tiles from about 14 rows (SmolLM2-135M's matmuls,
+# one thread of a Xeon with AMX: 43.6 ms against 41 at 16 rows, 80.6 against 46.3 at 32, 26.4
+# against 39.5 at 8). Without AMX every bf16 matmul of up to FEW_ROWS_MAX rows takes the panels.
+BF16_AMX_FEW_ROWS_MAX = 12
 # transparent huge pages (`huge_page_tensor`): the size and alignment of one
 HUGE_PAGE = 2 << 20
 # `wedlm_cpu::linear`'s unpacked-oneDNN row threshold for a matmul that never takes oneDNN
@@ -104,6 +109,8 @@ _LINEAR_POINTWISE = torch.ops.mkldnn._linear_pointwise.default if torch.backends
 # The C++ oneDNN matmul compiled graphs call once `use_native_ops` loaded the C++ operators
 # (else the Python one); not None also means `wedlm_cpu::one_row_mm` is there.
 _native_linear = None
+# the most rows of a bf16 matmul on bf16 panels, set by `use_panel_weights` for this CPU
+_bf16_few_rows_max = FEW_ROWS_MAX
 
 
 def pack_weight(weight: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -334,9 +341,10 @@ def bf16_panel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
                       panels: torch.Tensor) -> torch.Tensor:
     """`F.linear(x, weight, bias)` under bf16 autocast, for a matmul with bf16 column panels
     (`use_panel_weights` on a `precast_for_autocast`ed model, on a CPU with AVX512-BF16): x cast to
-    bf16 as autocast casts it, then `wedlm_cpu::linear`, which runs 1 to FEW_ROWS_MAX rows by
-    `few_rows_mm` on `panels` (float32 sums of bf16 products, rounded to bf16 once) and more rows
-    by at::linear on `weight`, eager and compiled alike.
+    bf16 as autocast casts it, then `wedlm_cpu::linear`, which runs 1 to FEW_ROWS_MAX rows
+    (BF16_AMX_FEW_ROWS_MAX on a CPU with AMX) by `few_rows_mm` on `panels` (float32 sums of bf16
+    products, rounded to bf16 once) and more rows by at::linear on `weight` (oneDNN), eager and
+    compiled alike.
 
     Args:
         x: [..., in_features], any float dtype; weight: bf16 [out_features, in_features];
@@ -347,7 +355,7 @@ def bf16_panel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
         may be one bf16 unit apart).
     """
     return _native_linear(x.to(torch.bfloat16), weight, bias, panels, 0, PACKED_MIN_MACS, _NO_ONEDNN_ROWS,
-                          FEW_ROWS_MAX)
+                          _bf16_few_rows_max)
 
 
 class OneDNNLinear(nn.Linear):
@@ -581,6 +589,8 @@ def use_panel_weights(model: QwenForCausalLM, max_bytes: int = PANELS_MAX_BYTES)
     dtype = targets[0][1].dtype if targets else None
     if dtype == torch.bfloat16 and (not bf16_panels_supported() or any(w.shape[1] % 2 for _, w in targets)):
         return False
+    global _bf16_few_rows_max
+    _bf16_few_rows_max = BF16_AMX_FEW_ROWS_MAX if "amx_bf16" in cpu_flags() else FEW_ROWS_MAX
     if (dtype not in (torch.float32, torch.bfloat16)
             or any(w.dtype != dtype or w.shape[0] % PANEL_COLUMNS for _, w in targets)
             or sum(w.numel() * w.element_size() for _, w in targets) > max_bytes):

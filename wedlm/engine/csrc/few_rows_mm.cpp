@@ -158,6 +158,12 @@ void columns(const float* x, int64_t M, int64_t K, const float* packed, int64_t 
 // float32 in another order than oneDNN's, so an output may differ from torch's by one bf16 unit.
 #if defined(__x86_64__)
 #define WEDLM_BF16 __attribute__((target("avx512f,avx512bw,avx512bf16")))
+#ifndef BF16_NP4_ROWS
+#define BF16_NP4_ROWS 4
+#endif
+#ifndef BF16_NP2_ROWS
+#define BF16_NP2_ROWS 8
+#endif
 
 template <int MR, int NP, bool FETCH>
 WEDLM_BF16 void tile_bf16(const uint32_t* x, int64_t KP, const uint16_t* w, const float* bias, uint16_t* y,
@@ -191,29 +197,28 @@ WEDLM_BF16 void tile_bf16(const uint32_t* x, int64_t KP, const uint16_t* w, cons
     }
 }
 
-template <bool FETCH, int MR = 1>
+template <int NP, bool FETCH, int MR = 1>
 WEDLM_BF16 void tile_bf16_of(int64_t rows, const uint32_t* x, int64_t KP, const uint16_t* w, const float* bias,
                              uint16_t* y, int64_t N, int64_t n0) {
-  if constexpr (MR < 16) {
-    if (rows > MR) return tile_bf16_of<FETCH, MR + 1>(rows, x, KP, w, bias, y, N, n0);
+  if constexpr (MR < 16 / NP) {
+    if (rows > MR) return tile_bf16_of<NP, FETCH, MR + 1>(rows, x, KP, w, bias, y, N, n0);
   }
-  tile_bf16<MR, 1, FETCH>(x, KP, w, bias, y, N, n0);
+  tile_bf16<MR, NP, FETCH>(x, KP, w, bias, y, N, n0);
 }
 
+// rows in blocks of at most 16 / NP (as even as they go), each block over NP panels at a time
+template <int NP>
 WEDLM_BF16 void columns_bf16(const uint32_t* x, int64_t M, int64_t KP, const uint16_t* packed, int64_t N,
                              const float* bias, uint16_t* y, int64_t c0, int64_t c1) {
-  int64_t n0 = c0;
-  if (M == 1)
-    for (; n0 + 4 * PANEL <= c1; n0 += 4 * PANEL) tile_bf16<1, 4, true>(x, KP, packed + n0 * KP * 2, bias, y, N, n0);
-  const int64_t blocks = (M + 15) / 16;
-  for (; n0 < c1; n0 += PANEL)
+  const int64_t most = 16 / NP, blocks = (M + most - 1) / most;
+  for (int64_t n0 = c0; n0 < c1; n0 += NP * PANEL)
     for (int64_t b = 0, m = 0; b < blocks; ++b) {
       const int64_t rows = M / blocks + (b < M % blocks ? 1 : 0);
       const uint16_t* w = packed + n0 * KP * 2;
       if (b == 0) {
-        tile_bf16_of<true>(rows, x + m * KP, KP, w, bias, y + m * N, N, n0);
+        tile_bf16_of<NP, true>(rows, x + m * KP, KP, w, bias, y + m * N, N, n0);
       } else {
-        tile_bf16_of<false>(rows, x + m * KP, KP, w, bias, y + m * N, N, n0);
+        tile_bf16_of<NP, false>(rows, x + m * KP, KP, w, bias, y + m * N, N, n0);
       }
       m += rows;
     }
@@ -232,10 +237,11 @@ at::Tensor few_rows_mm_bf16(const at::Tensor& x, const at::Tensor& panels_w, int
   at::Tensor y = at::empty({M, N}, x.options());
   if (M == 0) return y;
   const uint32_t* xp = reinterpret_cast<const uint32_t*>(rows.data_ptr());
+  const int NP = M <= BF16_NP4_ROWS ? 4 : M <= BF16_NP2_ROWS ? 2 : 1;  // panels a tile reads at once
   std::vector<uint32_t> packed_x;  // k-pair-major blocks, as `pack_blocks` lays out floats
   if (M > 1) {
     packed_x.resize(M * KP);
-    const int64_t blocks = (M + 15) / 16;
+    const int64_t blocks = (M + 16 / NP - 1) / (16 / NP);
     for (int64_t b = 0, m = 0; b < blocks; ++b) {
       const int64_t n = M / blocks + (b < M % blocks ? 1 : 0);
       for (int64_t r = 0; r < n; ++r)
@@ -246,8 +252,14 @@ at::Tensor few_rows_mm_bf16(const at::Tensor& x, const at::Tensor& panels_w, int
   }
   const uint16_t* wp = reinterpret_cast<const uint16_t*>(panels_w.data_ptr());
   uint16_t* yp = reinterpret_cast<uint16_t*>(y.data_ptr());
+  // N is a multiple of 16 but maybe not of 4 panels: the last run of columns takes the leftover
+  // panels one at a time with the same rows
   at::parallel_for(0, (N + 4 * PANEL - 1) / (4 * PANEL), 1, [&](int64_t begin, int64_t end) {
-    columns_bf16(xp, M, KP, wp, N, bias, yp, begin * 4 * PANEL, std::min(N, end * 4 * PANEL));
+    const int64_t c0 = begin * 4 * PANEL, c1 = std::min(N, end * 4 * PANEL), whole = c0 + (c1 - c0) / (NP * PANEL) * NP * PANEL;
+    if (NP == 4) columns_bf16<4>(xp, M, KP, wp, N, bias, yp, c0, whole);
+    if (NP == 2) columns_bf16<2>(xp, M, KP, wp, N, bias, yp, c0, whole);
+    if (NP == 1) columns_bf16<1>(xp, M, KP, wp, N, bias, yp, c0, whole);
+    columns_bf16<1>(xp, M, KP, wp, N, bias, yp, whole, c1);
   });
   return y;
 #else
