@@ -115,6 +115,7 @@ def test_bf16_panels_run_every_matmul_of_a_precast_model(tiny_path):
     gave on its bf16 weights, within a bf16 unit and float32 summation order."""
     import torch.nn.functional as F
 
+    from wedlm.engine import fast_model
     from wedlm.engine.fast_model import (
         _matmul,
         _matmuls,
@@ -123,8 +124,6 @@ def test_bf16_panels_run_every_matmul_of_a_precast_model(tiny_path):
         use_native_ops,
         use_panel_weights,
     )
-
-    from wedlm.engine import fast_model
     from wedlm.hardware import cpu_flags
 
     if not (bf16_panels_supported() and use_native_ops()):
