@@ -8,6 +8,7 @@ from this and report the path that ran.
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 from pathlib import Path
@@ -22,14 +23,23 @@ INT8_FLAGS = ("amx_int8", "avx512_vnni", "avx_vnni")
 def _cpuinfo_field(key: str, cpuinfo: str | None = None) -> str | None:
     """The value of the first `key` line of /proc/cpuinfo (or of `cpuinfo`); None where there is none."""
     if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
+        cpuinfo = _proc_cpuinfo()
+        if cpuinfo is None:
             return None
     for line in cpuinfo.splitlines():
         if line.startswith(key):
             return line.split(":", 1)[1].strip()
     return None
+
+
+@functools.lru_cache(maxsize=1)
+def _proc_cpuinfo() -> str | None:
+    """/proc/cpuinfo's text, read once a process (a model's load asks for the flags once per layer;
+    the file of a many-core machine is large); None where there is none."""
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
 
 
 def cpu_model() -> str:
