@@ -307,6 +307,21 @@ def test_the_library_is_cached_on_disk(cpp_op):
     assert "one_row_mm.cpp" in native.SOURCE.read_text() and (native.CSRC / "simd.h").is_file()
 
 
+def test_the_operators_split_work_across_threads(cpp_op, monkeypatch):
+    """On Linux the library is built with OpenMP, on which `at::parallel_for` runs (without it the
+    call is a serial loop whatever torch's thread count): the built library calls into GNU
+    OpenMP's runtime, and the flags are part of its name."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("OpenMP flags are given on Linux only")
+    assert native.OPENMP_FLAGS == ["-fopenmp"]
+    name = f"wedlm_cpu_{native.instruction_set()}_{native.sources_digest()[:12]}"
+    assert b"GOMP_parallel" in (native.build_dir() / name / f"{name}.so").read_bytes()
+    monkeypatch.setattr(native, "OPENMP_FLAGS", [])
+    assert native.sources_digest()[:12] != name[-12:]
+
+
 def test_a_failed_build_keeps_the_python_operator(tmp_path, monkeypatch, caplog):
     """A source that does not compile: `load` returns False, logs why, raises nothing."""
     broken = tmp_path / "broken.cpp"

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import sys
 import threading
 from pathlib import Path
 
@@ -64,6 +65,11 @@ SOURCE = CSRC / "wedlm_cpu.cpp"
 
 # compiler flags of each instruction set the library is built for (GCC and Clang spellings)
 ISA_FLAGS = {"avx512": ["-mavx512f", "-mavx2", "-mfma"], "avx2": ["-mavx2", "-mfma"], "base": []}
+# OpenMP, which ATen's `at::parallel_for` (every operator's split over columns, rows or heads) runs
+# on: in a library built without it the call is a plain serial loop, whatever torch's thread
+# count. torch's Linux wheels use GNU OpenMP (their own libgomp.so.1, which the library then
+# shares); inductor builds its kernels the same way.
+OPENMP_FLAGS = ["-fopenmp"] if sys.platform.startswith("linux") else []
 
 _lock = threading.Lock()
 _state: dict[str, bool] = {}
@@ -116,7 +122,8 @@ def _build() -> bool:
             log.info("building the engine's C++ operators (%s) into %s (once per machine and torch version)", isa,
                      folder)
             cpp_extension.load(name=name, sources=[str(SOURCE)], build_directory=str(folder),
-                               is_python_module=False, extra_cflags=["-O3", *ISA_FLAGS[isa]], verbose=False)
+                               is_python_module=False, extra_cflags=["-O3", *ISA_FLAGS[isa], *OPENMP_FLAGS],
+                               extra_ldflags=OPENMP_FLAGS, verbose=False)
     except Exception as err:  # any build or load failure leaves the Python operator in place
         log.warning("C++ operators not built (%s: %s); the compiled forward keeps torch's kernels",
                     type(err).__name__, str(err).strip().splitlines()[-1] if str(err).strip() else "")
@@ -131,8 +138,9 @@ def _build() -> bool:
 
 
 def sources_digest() -> str:
-    """sha256 over every file of `csrc/` (name and content), in name order."""
-    digest = hashlib.sha256()
+    """sha256 over every file of `csrc/` (name and content), in name order, and the build's flags
+    besides the instruction set's (`OPENMP_FLAGS`)."""
+    digest = hashlib.sha256(" ".join(OPENMP_FLAGS).encode() + b"\0")
     for path in sorted(CSRC.iterdir()):
         if path.is_file():
             digest.update(path.name.encode() + b"\0" + path.read_bytes())
