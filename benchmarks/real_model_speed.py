@@ -317,7 +317,7 @@ def ratios(rows: list[dict]) -> list[str]:
         if ours and theirs:
             lines.append(f"- {threads} thread(s), batch 1: {LABELS['engine_bf16']} is "
                          f"{theirs['decode_ms'] / ours['decode_ms']:.2f}x {LABELS['llama_bf16']} per decoded token "
-                         "(the same bf16 weights)")
+                         "(the same bf16 matmul weights)")
     return lines
 
 
@@ -332,7 +332,8 @@ def markdown(result: dict) -> str:
         "counter in parentheses). Whole-answer tok/s: all new tokens over the call's wall time, prefill included. "
         "Same tokens: answers identical to transformers' batch-1 greedy answer. float32 rows use the same "
         "weights (the Q4_1 file dequantized); the engine computes in float32 from the Q4_1 file too. bf16 rows: "
-        "the same weights rounded to bf16 (the engine rounds them at load, llama.cpp reads a bf16 file).",
+        "the same matmul weights rounded to bf16 (the engine rounds them at load, llama.cpp reads a bf16 file, whose "
+        "embedding table is bf16 too; the engine's stays float32).",
         "",
         table(result["rows"]),
         *([f"\\* {PLAIN_BUFFERS_NOTE}.", ""] if any(r.get("plain_buffers") for r in result["rows"]) else []),

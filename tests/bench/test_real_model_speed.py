@@ -61,7 +61,7 @@ def test_bf16_engine_against_bf16_llama_cpp():
     """Where both bf16 rows ran, a line after the targets compares them (no target)."""
     rows = [*ROWS, _row("engine_bf16", 1, 1, 8.0, 110.0, 2), _row("llama_bf16", 1, 1, 20.0, 50.0, 2, eval_ms=19.0)]
     assert _bench().ratios(rows)[2] == ("- 1 thread(s), batch 1: engine ar, compiled, bf16 autocast is 2.50x "
-                                        "llama.cpp, bf16 GGUF per decoded token (the same bf16 weights)")
+                                        "llama.cpp, bf16 GGUF per decoded token (the same bf16 matmul weights)")
     assert len(_bench().ratios(rows)) == 5
 
 

@@ -152,11 +152,17 @@ def test_bf16_panels_run_every_matmul_of_a_precast_model(tiny_path):
                 assert (got == want).float().mean() >= 0.9
 
 
-def test_no_bf16_panels_without_avx512_bf16(tiny_path, monkeypatch):
-    """Where the CPU cannot run the bf16 kernel the precast model keeps F.linear on its bf16 weights."""
+@pytest.mark.parametrize("why", ["cpu", "compiler"])
+def test_no_bf16_panels_without_avx512_bf16(tiny_path, monkeypatch, why):
+    """Where the CPU cannot run the bf16 kernel, or the C++ operators were built by a compiler
+    without it, the precast model keeps F.linear on its bf16 weights."""
     from wedlm.engine import fast_model
 
-    monkeypatch.setattr(fast_model, "bf16_panels_supported", lambda: False)
+    fast_model.use_native_ops()
+    if why == "cpu":
+        monkeypatch.setattr(fast_model, "bf16_panels_supported", lambda: False)
+    else:
+        monkeypatch.setattr(fast_model, "_bf16_kernel", False)
     model = _precast_model(tiny_path)
     assert not fast_model.use_panel_weights(model)
     assert all(module.weight_panels is None for module, _ in fast_model._matmuls(model))
@@ -167,10 +173,10 @@ def test_compiled_bf16_autocast_reads_bf16_panels(tiny_path):
     """A compiled engine under bf16 autocast on a CPU with AVX512-BF16 runs its matmuls on bf16
     panels: one forward's logits within bf16 rounding of the eager autocast engine's (the tiny
     random model's greedy tokens part at its many near ties under any change of rounding)."""
-    from wedlm.engine.fast_model import bf16_panels_supported
+    from wedlm.engine.fast_model import bf16_panels_supported, use_native_ops
     from wedlm.engine.runner import ForwardItem
 
-    if not bf16_panels_supported():
+    if not (use_native_ops() and bf16_panels_supported()):
         pytest.skip("needs a CPU with AVX512-BF16")
     torch._dynamo.reset()
     kw = dict(kv_block_size=4, wedlm_window_size=4, device="cpu", autocast=True)

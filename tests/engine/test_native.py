@@ -172,13 +172,17 @@ def test_pack_panels_lays_out_bf16_column_pairs():
             assert torch.equal(pairs, w[16 * p:16 * (p + 1), 2 * j:2 * j + 2])
 
 
-needs_bf16 = pytest.mark.skipif(not bf16_panels_supported(), reason="needs a CPU with AVX512-BF16")
+@pytest.fixture
+def bf16_op(cpp_op):
+    """`cpp_op` where it multiplies bf16 panels (a CPU with AVX512-BF16), else the test skips."""
+    if not bf16_panels_supported():
+        pytest.skip("needs a CPU with AVX512-BF16")
+    return cpp_op
 
 
-@needs_bf16
-@pytest.mark.parametrize("rows", [1, 2, 5, 16, 17, 40])
-@pytest.mark.parametrize("n,k", [(64, 96), (960, 576), (576, 1536), (48, 2)])
-def test_few_rows_mm_on_bf16_panels_is_autocasts_linear(cpp_op, rows, n, k):
+@pytest.mark.parametrize("rows", [1, 2, 5, 8, 9, 16, 17, 40])
+@pytest.mark.parametrize("n,k", [(64, 96), (960, 576), (576, 1536), (48, 2), (16, 4)])
+def test_few_rows_mm_on_bf16_panels_is_autocasts_linear(bf16_op, rows, n, k):
     """bf16 x and panels: float32 sums of bf16 products rounded to bf16 once, as F.linear under
     bf16 autocast; the two sum in other orders, so an output may be a bf16 unit from torch's (more
     only within float32 summation error, where the sum cancels), and is as close to the float64
@@ -199,8 +203,7 @@ def test_few_rows_mm_on_bf16_panels_is_autocasts_linear(cpp_op, rows, n, k):
         assert (got.double() - exact).abs().max() <= (want.double() - exact).abs().max() + ulp.max()
 
 
-@needs_bf16
-def test_the_matmul_takes_bf16_rows_on_bf16_panels(cpp_op):
+def test_the_matmul_takes_bf16_rows_on_bf16_panels(bf16_op):
     """bf16 inputs with bf16 panels: 1 to FEW_ROWS_MAX rows by `few_rows_mm`, more by at::linear
     on the bf16 weight (what autocast's F.linear computes); bf16 out either way."""
     gen = torch.Generator().manual_seed(9)
@@ -208,7 +211,7 @@ def test_the_matmul_takes_bf16_rows_on_bf16_panels(cpp_op):
     panels = pack_panels(w)
     for rows in (1, 16, FEW_ROWS_MAX, FEW_ROWS_MAX + 1):
         x = torch.randn(rows, 128, generator=gen).bfloat16()
-        got = _rule(cpp_op, x, w, None, 0, panels)
+        got = _rule(bf16_op, x, w, None, 0, panels)
         want = (torch.ops.wedlm_cpu.few_rows_mm(x, panels, 256, None) if rows <= FEW_ROWS_MAX
                 else F.linear(x, w))
         assert got.dtype == torch.bfloat16 and torch.equal(got, want)

@@ -111,6 +111,8 @@ _LINEAR_POINTWISE = torch.ops.mkldnn._linear_pointwise.default if torch.backends
 _native_linear = None
 # the most rows of a bf16 matmul on bf16 panels, set by `use_panel_weights` for this CPU
 _bf16_few_rows_max = FEW_ROWS_MAX
+# whether the loaded C++ operators multiply bf16 panels (`_bf16_kernel_runs`), once asked
+_bf16_kernel: bool | None = None
 
 
 def pack_weight(weight: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -611,8 +613,24 @@ def use_panel_weights(model: QwenForCausalLM, max_bytes: int = PANELS_MAX_BYTES)
 
 def bf16_panels_supported() -> bool:
     """`few_rows_mm` runs bf16 panels here: an x86-64 CPU with AVX512-BF16 (`vdpbf16ps`), whatever
-    `WEDLM_CPU_BF16` says about the automatic choice of autocast."""
-    return cpu_is_x86() and "avx512_bf16" in cpu_flags()
+    `WEDLM_CPU_BF16` says about the automatic choice of autocast, and C++ operators built by a
+    compiler that knows it (a one-row product of a bf16 panel is tried once a process)."""
+    return cpu_is_x86() and "avx512_bf16" in cpu_flags() and _bf16_kernel_runs()
+
+
+def _bf16_kernel_runs() -> bool:
+    """The loaded C++ operators multiply bf16 panels (False, not remembered, before they load)."""
+    global _bf16_kernel
+    if _native_linear is None:
+        return False
+    if _bf16_kernel is None:
+        panel = pack_panels(torch.ones(PANEL_COLUMNS, 2, dtype=torch.bfloat16))
+        try:
+            out = torch.ops.wedlm_cpu.few_rows_mm(torch.ones(1, 2, dtype=torch.bfloat16), panel, PANEL_COLUMNS, None)
+            _bf16_kernel = bool((out == 2).all())
+        except RuntimeError:  # built without the bf16 kernel
+            _bf16_kernel = False
+    return _bf16_kernel
 
 
 def huge_page_tensor(numel: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -154,16 +154,15 @@ void columns(const float* x, int64_t M, int64_t K, const float* packed, int64_t 
 // weights, float32 sums, bf16 outputs), reading half the bytes of float32 panels: oneDNN's
 // one-row bf16 matmuls streamed SmolLM2-135M's weights at ~9 GB/s on a Xeon with AMX, slower than
 // the float32 panels, and took 82% of its bf16 `ar` step. Tiles are those of the float32 kernel
-// with a k-pair in place of a k: up to 16 rows x one panel, or one row x four panels. Sums are
+// with a k-pair in place of a k, over four panels at once for up to 4 rows, two for up to 8 (a
+// 16-row tile over one panel left the core half idle there), one for up to 16. Sums are
 // float32 in another order than oneDNN's, so an output may differ from torch's by one bf16 unit.
-#if defined(__x86_64__)
+//
+// Compilers before GCC 10 and Clang 9 know no AVX512-BF16: there the operator refuses bf16 panels
+// (`fast_model.bf16_panels_supported` tries it) and the float32 operators build as before.
+#if defined(__x86_64__) && (defined(__clang__) ? __clang_major__ >= 9 : __GNUC__ >= 10)
+#define WEDLM_BF16_KERNEL 1
 #define WEDLM_BF16 __attribute__((target("avx512f,avx512bw,avx512bf16")))
-#ifndef BF16_NP4_ROWS
-#define BF16_NP4_ROWS 4
-#endif
-#ifndef BF16_NP2_ROWS
-#define BF16_NP2_ROWS 8
-#endif
 
 template <int MR, int NP, bool FETCH>
 WEDLM_BF16 void tile_bf16(const uint32_t* x, int64_t KP, const uint16_t* w, const float* bias, uint16_t* y,
@@ -230,14 +229,16 @@ at::Tensor few_rows_mm_bf16(const at::Tensor& x, const at::Tensor& panels_w, int
   TORCH_CHECK(x.scalar_type() == at::kBFloat16, "few_rows_mm: bf16 panels need a bf16 x, got ", x.scalar_type());
   const int64_t K = x.size(1);
   TORCH_CHECK(K % 2 == 0, "few_rows_mm: bf16 panels need an even K, got ", K);
-#if defined(__x86_64__)
+#if defined(WEDLM_BF16_KERNEL)
   TORCH_CHECK(__builtin_cpu_supports("avx512bf16"), "few_rows_mm: bf16 panels need a CPU with AVX512-BF16");
   const at::Tensor rows = x.contiguous();
   const int64_t M = rows.size(0), KP = K / 2;
   at::Tensor y = at::empty({M, N}, x.options());
   if (M == 0) return y;
   const uint32_t* xp = reinterpret_cast<const uint32_t*>(rows.data_ptr());
-  const int NP = M <= BF16_NP4_ROWS ? 4 : M <= BF16_NP2_ROWS ? 2 : 1;  // panels a tile reads at once
+  // panels a tile reads at once: every row block of M <= 16 / NP rows is then one block, so the
+  // leftover panels (one at a time, blocks of up to 16 rows) read the same packing
+  const int NP = M <= 4 ? 4 : M <= 8 ? 2 : 1;
   std::vector<uint32_t> packed_x;  // k-pair-major blocks, as `pack_blocks` lays out floats
   if (M > 1) {
     packed_x.resize(M * KP);
@@ -263,7 +264,7 @@ at::Tensor few_rows_mm_bf16(const at::Tensor& x, const at::Tensor& panels_w, int
   });
   return y;
 #else
-  TORCH_CHECK(false, "few_rows_mm: bf16 panels need an x86-64 CPU with AVX512-BF16");
+  TORCH_CHECK(false, "few_rows_mm: bf16 panels need an x86-64 CPU with AVX512-BF16 and a compiler that knows it");
 #endif
 }
 
