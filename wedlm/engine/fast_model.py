@@ -91,8 +91,8 @@ PANEL_COLUMNS = 16
 PANELS_MAX_BYTES = 2 << 30
 # bf16 matmuls (`bf16_panel_linear`) of more rows than this run on oneDNN where the CPU has AMX:
 # its tile units beat `few_rows_mm`'s `vdpbf16ps` tiles from about 14 rows (SmolLM2-135M's matmuls,
-# one thread of a Xeon with AMX: 43.6 ms against 41 at 16 rows, 80.6 against 46.3 at 32, 26.4
-# against 39.5 at 8). Without AMX every bf16 matmul of up to FEW_ROWS_MAX rows takes the panels.
+# `python benchmarks/bf16_matmul.py`, one thread of a Xeon with AMX: 43.6 ms against 41 at 16 rows,
+# 80.6 against 46.3 at 32, 26.4 against 39.5 at 8). Without AMX every bf16 matmul of up to FEW_ROWS_MAX rows takes the panels.
 BF16_AMX_FEW_ROWS_MAX = 12
 # transparent huge pages (`huge_page_tensor`): the size and alignment of one
 HUGE_PAGE = 2 << 20
