@@ -1,9 +1,9 @@
 """benchmarks/bf16_matmul.py: the model's matmul shapes, and a run on the shipped model where the
 CPU multiplies bf16 panels."""
 
-import importlib.util
 import json
 import os
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -13,16 +13,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("bf16_matmul", REPO / "benchmarks" / "bf16_matmul.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_shapes_are_the_models_matmuls():
     config = json.loads((REPO / "models" / "wedlm-tiny" / "config.json").read_text())
-    mats = _bench().shapes(config)
+    mats = runpy.run_path(str(REPO / "benchmarks" / "bf16_matmul.py"))["shapes"](config)
     # hidden 192, 4 heads x 48 (q 192), 2 KV heads (k, v 96 each), intermediate 512, 8 layers, vocab 4096
     assert mats[:4] == [(384, 192), (192, 192), (1024, 192), (192, 512)]
     assert len(mats) == 4 * 8 + 1 and mats[-1] == (4096, 192)
