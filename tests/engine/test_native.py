@@ -318,7 +318,7 @@ def test_the_operators_split_work_across_threads(cpp_op, monkeypatch):
 
     if not sys.platform.startswith("linux"):
         pytest.skip("OpenMP flags are given on Linux only")
-    assert native.OPENMP_FLAGS == ["-fopenmp"]
+    assert native.OPENMP_FLAGS == ["-fopenmp"]  # as it was before the build (torch's builder appends to lists)
     name = f"wedlm_cpu_{native.instruction_set()}_{native.sources_digest()[:12]}"
     assert b"GOMP_parallel" in (native.build_dir() / name / f"{name}.so").read_bytes()
     monkeypatch.setattr(native, "OPENMP_FLAGS", [])
@@ -326,17 +326,20 @@ def test_the_operators_split_work_across_threads(cpp_op, monkeypatch):
 
 
 def test_a_failed_build_keeps_the_python_operator(tmp_path, monkeypatch, caplog):
-    """A source that does not compile: `load` returns False, logs why, raises nothing."""
+    """A source that does not compile: `load` returns False, logs why, raises nothing; the build
+    leaves the flags (and so the library's name) as they were."""
     broken = tmp_path / "broken.cpp"
     broken.write_text("this is not C++\n")
     monkeypatch.setattr(native, "SOURCE", broken)
     monkeypatch.setattr(native, "CSRC", tmp_path)
     monkeypatch.setattr(native, "_state", {})
     monkeypatch.setenv("WEDLM_CACHE", str(tmp_path / "cache"))
+    flags, digest = list(native.OPENMP_FLAGS), native.sources_digest()
     with caplog.at_level(logging.WARNING, logger="wedlm.engine.native"):
         assert native.load() is False
         assert native.load() is False  # decided once
     assert [r.message.startswith("C++ operators not built") for r in caplog.records] == [True]
+    assert native.OPENMP_FLAGS == flags and native.sources_digest() == digest
 
 
 @pytest.mark.parametrize("k,n", [(192, 384), (192, 4096), (512, 192), (7, 5), (13, 33), (1, 16)])

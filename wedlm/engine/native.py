@@ -123,7 +123,7 @@ def _build() -> bool:
                      folder)
             cpp_extension.load(name=name, sources=[str(SOURCE)], build_directory=str(folder),
                                is_python_module=False, extra_cflags=["-O3", *ISA_FLAGS[isa], *OPENMP_FLAGS],
-                               extra_ldflags=OPENMP_FLAGS, verbose=False)
+                               extra_ldflags=list(OPENMP_FLAGS), verbose=False)  # a copy: torch appends to it
     except Exception as err:  # any build or load failure leaves the Python operator in place
         log.warning("C++ operators not built (%s: %s); the compiled forward keeps torch's kernels",
                     type(err).__name__, str(err).strip().splitlines()[-1] if str(err).strip() else "")

@@ -77,6 +77,18 @@ int64_t first_max_index(const float* x, int64_t V) {
   return index;
 }
 
+// x's lanes in double, the upper half added to the lower: one vector add per chunk and sum where
+// a scalar loop over the lanes was a chain of 2 x 4 x LANES dependent double adds
+typedef float half_vf __attribute__((vector_size(LANES * 2)));
+typedef double vd __attribute__((vector_size(LANES * 4)));
+
+inline vd widened(vf x) {
+  half_vf low, high;
+  __builtin_memcpy(&low, &x, sizeof(low));
+  __builtin_memcpy(&high, reinterpret_cast<const char*>(&x) + sizeof(low), sizeof(high));
+  return __builtin_convertvector(low, vd) + __builtin_convertvector(high, vd);
+}
+
 // (Z, S) of the row: sum exp(d_i) and sum exp(d_i) d_i with d_i = max(x_i - m, -87); returns
 // the index of the one value >= `near` (m's), or -1 when there are several.
 int64_t row_sums(const float* x, int64_t V, float m, float near, double* z, double* s) {
@@ -84,6 +96,7 @@ int64_t row_sums(const float* x, int64_t V, float m, float near, double* z, doub
   vi iota;
   for (int64_t l = 0; l < LANES; ++l) iota[l] = static_cast<int32_t>(l);
   const vf vm = splat(m), lo = splat(-87.0f), vnear = splat(near);
+  vd zd = {}, sd = {};  // the chunks' float32 lane sums, in double lanes
   double zt = 0.0, st = 0.0;
   int64_t i = 0;
   while (i + 4 * LANES <= V) {
@@ -103,11 +116,14 @@ int64_t row_sums(const float* x, int64_t V, float m, float near, double* z, doub
         sacc[u] += e * d;
       }
     }
-    for (int u = 0; u < 4; ++u)
-      for (int64_t l = 0; l < LANES; ++l) {
-        zt += zacc[u][l];
-        st += sacc[u][l];
-      }
+    for (int u = 0; u < 4; ++u) {
+      zd += widened(zacc[u]);
+      sd += widened(sacc[u]);
+    }
+  }
+  for (int64_t l = 0; l < LANES / 2; ++l) {
+    zt += zd[l];
+    st += sd[l];
   }
   int64_t hits = 0, index = -1;
   for (int64_t l = 0; l < LANES; ++l) {
