@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..hardware import cpu_flags, cpu_is_x86
+from ..hardware import cpu_flags
 from ..model.attention import use_cpu_attention
 from ..model.layers import RMSNorm, SwiGLU, apply_rope
 from ..model.qwen import Attention, QwenForCausalLM
@@ -111,7 +111,7 @@ _LINEAR_POINTWISE = torch.ops.mkldnn._linear_pointwise.default if torch.backends
 _native_linear = None
 # the most rows of a bf16 matmul on bf16 panels, set by `use_panel_weights` for this CPU
 _bf16_few_rows_max = FEW_ROWS_MAX
-# whether the loaded C++ operators multiply bf16 panels (`_bf16_kernel_runs`), once asked
+# whether the loaded C++ operators multiply bf16 panels (`bf16_panels_supported`), once asked
 _bf16_kernel: bool | None = None
 
 
@@ -589,10 +589,11 @@ def use_panel_weights(model: QwenForCausalLM, max_bytes: int = PANELS_MAX_BYTES)
         return False
     targets = _matmuls(model)
     dtype = targets[0][1].dtype if targets else None
-    if dtype == torch.bfloat16 and (not bf16_panels_supported() or any(w.shape[1] % 2 for _, w in targets)):
-        return False
-    global _bf16_few_rows_max
-    _bf16_few_rows_max = BF16_AMX_FEW_ROWS_MAX if "amx_bf16" in cpu_flags() else FEW_ROWS_MAX
+    if dtype == torch.bfloat16:
+        if not bf16_panels_supported() or any(w.shape[1] % 2 for _, w in targets):
+            return False
+        global _bf16_few_rows_max
+        _bf16_few_rows_max = BF16_AMX_FEW_ROWS_MAX if "amx_bf16" in cpu_flags() else FEW_ROWS_MAX
     if (dtype not in (torch.float32, torch.bfloat16)
             or any(w.dtype != dtype or w.shape[0] % PANEL_COLUMNS for _, w in targets)
             or sum(w.numel() * w.element_size() for _, w in targets) > max_bytes):
@@ -612,14 +613,10 @@ def use_panel_weights(model: QwenForCausalLM, max_bytes: int = PANELS_MAX_BYTES)
 
 
 def bf16_panels_supported() -> bool:
-    """`few_rows_mm` runs bf16 panels here: an x86-64 CPU with AVX512-BF16 (`vdpbf16ps`), whatever
-    `WEDLM_CPU_BF16` says about the automatic choice of autocast, and C++ operators built by a
-    compiler that knows it (a one-row product of a bf16 panel is tried once a process)."""
-    return cpu_is_x86() and "avx512_bf16" in cpu_flags() and _bf16_kernel_runs()
-
-
-def _bf16_kernel_runs() -> bool:
-    """The loaded C++ operators multiply bf16 panels (False, not remembered, before they load)."""
+    """`few_rows_mm` runs bf16 panels here: the loaded C++ operators multiply a bf16 panel, which
+    they do on an x86-64 CPU with AVX512-BF16 (`vdpbf16ps`, whatever `WEDLM_CPU_BF16` says about the
+    automatic choice of autocast) when built by a compiler that knows it. Tried once a process, on
+    one row; False, not remembered, before the operators load."""
     global _bf16_kernel
     if _native_linear is None:
         return False
@@ -628,7 +625,7 @@ def _bf16_kernel_runs() -> bool:
         try:
             out = torch.ops.wedlm_cpu.few_rows_mm(torch.ones(1, 2, dtype=torch.bfloat16), panel, PANEL_COLUMNS, None)
             _bf16_kernel = bool((out == 2).all())
-        except RuntimeError:  # built without the bf16 kernel
+        except RuntimeError:  # a CPU without AVX512-BF16, or a build without the kernel
             _bf16_kernel = False
     return _bf16_kernel
 

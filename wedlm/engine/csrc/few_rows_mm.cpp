@@ -100,18 +100,20 @@ void tile_of(int64_t rows, const float* x, int64_t K, const float* w, const floa
   tile<MR, NV, FETCH>(x, K, w, bias, y, N, n0);
 }
 
-// M rows go in blocks of at most MAX_ROWS, as even as they go (16 rows with 6-row tiles: 6 + 5 + 5),
-// so that no block runs far below the FMA rate.
-int64_t block_count(int64_t M) { return (M + MAX_ROWS - 1) / MAX_ROWS; }
+// M rows go in blocks of at most `most` (MAX_ROWS for float32 tiles), as even as they go (16 rows
+// with 6-row tiles: 6 + 5 + 5), so that no block runs far below the FMA rate.
+int64_t block_count(int64_t M, int64_t most = MAX_ROWS) { return (M + most - 1) / most; }
 int64_t block_rows(int64_t M, int64_t blocks, int64_t b) { return M / blocks + (b < M % blocks ? 1 : 0); }
 
-// x [M, K] (rows K floats apart) as `tile` reads it: block after block, the block whose first row
-// is m at out + m K, each as K groups of its rows' values (k-major).
-void pack_blocks(const float* x, int64_t M, int64_t K, float* out) {
-  const int64_t blocks = block_count(M);
+// x [M, K] (rows K values apart) as the tiles read it: block after block (of at most `most` rows),
+// the block whose first row is m at out + m K, each as K groups of its rows' values (k-major). A
+// value is a float, or for bf16 tiles a pair of bf16 (K pairs a row).
+template <typename T>
+void pack_blocks(const T* x, int64_t M, int64_t K, T* out, int64_t most = MAX_ROWS) {
+  const int64_t blocks = block_count(M, most);
   for (int64_t b = 0, m = 0; b < blocks; ++b) {
     const int64_t rows = block_rows(M, blocks, b);
-    float* o = out + m * K;
+    T* o = out + m * K;
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t k = 0; k < K; ++k) o[k * rows + r] = x[(m + r) * K + k];
     m += rows;
@@ -209,10 +211,10 @@ WEDLM_BF16 void tile_bf16_of(int64_t rows, const uint32_t* x, int64_t KP, const 
 template <int NP>
 WEDLM_BF16 void columns_bf16(const uint32_t* x, int64_t M, int64_t KP, const uint16_t* packed, int64_t N,
                              const float* bias, uint16_t* y, int64_t c0, int64_t c1) {
-  const int64_t most = 16 / NP, blocks = (M + most - 1) / most;
+  const int64_t blocks = block_count(M, 16 / NP);
   for (int64_t n0 = c0; n0 < c1; n0 += NP * PANEL)
     for (int64_t b = 0, m = 0; b < blocks; ++b) {
-      const int64_t rows = M / blocks + (b < M % blocks ? 1 : 0);
+      const int64_t rows = block_rows(M, blocks, b);
       const uint16_t* w = packed + n0 * KP * 2;
       if (b == 0) {
         tile_bf16_of<NP, true>(rows, x + m * KP, KP, w, bias, y + m * N, N, n0);
@@ -239,16 +241,10 @@ at::Tensor few_rows_mm_bf16(const at::Tensor& x, const at::Tensor& panels_w, int
   // panels a tile reads at once: every row block of M <= 16 / NP rows is then one block, so the
   // leftover panels (one at a time, blocks of up to 16 rows) read the same packing
   const int NP = M <= 4 ? 4 : M <= 8 ? 2 : 1;
-  std::vector<uint32_t> packed_x;  // k-pair-major blocks, as `pack_blocks` lays out floats
+  std::vector<uint32_t> packed_x;  // k-pair-major blocks of the tiles' rows
   if (M > 1) {
     packed_x.resize(M * KP);
-    const int64_t blocks = (M + 16 / NP - 1) / (16 / NP);
-    for (int64_t b = 0, m = 0; b < blocks; ++b) {
-      const int64_t n = M / blocks + (b < M % blocks ? 1 : 0);
-      for (int64_t r = 0; r < n; ++r)
-        for (int64_t kp = 0; kp < KP; ++kp) packed_x[m * KP + kp * n + r] = xp[(m + r) * KP + kp];
-      m += n;
-    }
+    pack_blocks(xp, M, KP, packed_x.data(), 16 / NP);
     xp = packed_x.data();
   }
   const uint16_t* wp = reinterpret_cast<const uint16_t*>(panels_w.data_ptr());
