@@ -168,11 +168,49 @@ def test_no_bf16_panels_without_avx512_bf16(tiny_path, monkeypatch, why):
     assert all(module.weight_panels is None for module, _ in fast_model._matmuls(model))
 
 
+def _torch_autocast_reference(tiny_path, **kw):
+    """An eager engine whose model runs torch's own autocast over the float32 weights (no bf16
+    copies, no panels): the reference the engine's bf16 matmuls are held to."""
+    from wedlm.engine.fast_model import optimize_for_inference
+    from wedlm.model import load_model
+
+    reference = LLM(str(tiny_path), enforce_eager=True, **kw)
+    reference.engine.runner.model = optimize_for_inference(load_model(str(tiny_path)).eval())
+    return reference
+
+
+def _close_logits(a, b):
+    finite = torch.isfinite(b)
+    assert torch.equal(torch.isfinite(a), finite)
+    assert (a[finite] - b[finite]).abs().max() <= 0.02 * b[finite].abs().max()
+
+
+def test_eager_bf16_autocast_reads_bf16_panels(tiny_path):
+    """An eager engine under bf16 autocast on a CPU with AVX512-BF16 runs its matmuls on bf16
+    panels too (the C++ operators loaded, the forward still eager): one forward's logits within
+    bf16 rounding of torch's autocast, and the start log says so."""
+    from wedlm.engine.fast_model import bf16_panels_supported, use_native_ops
+    from wedlm.engine.runner import ForwardItem
+
+    if not (use_native_ops() and bf16_panels_supported()):
+        pytest.skip("needs a CPU with AVX512-BF16 and the C++ operators")
+    kw = dict(kv_block_size=4, wedlm_window_size=4, device="cpu", autocast=True)
+    eager = LLM(str(tiny_path), enforce_eager=True, **kw)
+    assert eager.engine.runner.panel_weights and not eager.engine.runner.native_ops
+    assert "eager few-row bf16 matmuls on bf16 column panels" in eager.engine.matmuls
+    item = ForwardItem([5, 9, 14, 20], [0, 1, 2, 3], [0, 3], 0, [0, 1, 2, 3])
+    _close_logits(eager.engine.runner.run([item])[0].logits,
+                  _torch_autocast_reference(tiny_path, **kw).engine.runner.run([item])[0].logits)
+    float32 = LLM(str(tiny_path), enforce_eager=True, kv_block_size=4, wedlm_window_size=4, device="cpu",
+                  autocast=False)
+    assert not float32.engine.runner.panel_weights  # float32 eager stays the BLAS reference
+
+
 @pytest.mark.slow
 def test_compiled_bf16_autocast_reads_bf16_panels(tiny_path):
     """A compiled engine under bf16 autocast on a CPU with AVX512-BF16 runs its matmuls on bf16
-    panels: one forward's logits within bf16 rounding of the eager autocast engine's (the tiny
-    random model's greedy tokens part at its many near ties under any change of rounding)."""
+    panels: one forward's logits within bf16 rounding of torch's autocast (the tiny random
+    model's greedy tokens part at its many near ties under any change of rounding)."""
     from wedlm.engine.fast_model import bf16_panels_supported, use_native_ops
     from wedlm.engine.runner import ForwardItem
 
@@ -180,12 +218,10 @@ def test_compiled_bf16_autocast_reads_bf16_panels(tiny_path):
         pytest.skip("needs a CPU with AVX512-BF16")
     torch._dynamo.reset()
     kw = dict(kv_block_size=4, wedlm_window_size=4, device="cpu", autocast=True)
-    compiled, eager = LLM(str(tiny_path), enforce_eager=False, **kw), LLM(str(tiny_path), enforce_eager=True, **kw)
-    assert compiled.engine.runner.panel_weights and not eager.engine.runner.panel_weights
+    compiled = LLM(str(tiny_path), enforce_eager=False, **kw)
+    assert compiled.engine.runner.panel_weights and compiled.engine.runner.native_ops
     item = ForwardItem([5, 9, 14, 20], [0, 1, 2, 3], [0, 3], 0, [0, 1, 2, 3])
-    a, b = (llm.engine.runner.run([item])[0].logits for llm in (compiled, eager))
-    finite = torch.isfinite(b)
-    assert torch.equal(torch.isfinite(a), finite)
-    assert (a[finite] - b[finite]).abs().max() <= 0.02 * b[finite].abs().max()
+    _close_logits(compiled.engine.runner.run([item])[0].logits,
+                  _torch_autocast_reference(tiny_path, **kw).engine.runner.run([item])[0].logits)
     params = SamplingParams(temperature=0.0, max_tokens=8, decoding="ar", ignore_eos=True)
     assert len(compiled.generate([[5, 9, 14]], params)[0]["token_ids"]) == 8

@@ -235,7 +235,8 @@ def test_huge_page_tensors_start_on_a_huge_page(monkeypatch):
     system can be asked for huge pages; small or without `MADV_HUGEPAGE`, an ordinary tensor."""
     import mmap
 
-    from wedlm.engine.fast_model import HUGE_PAGE, huge_page_tensor
+    from wedlm.engine.fast_model import huge_page_tensor
+    from wedlm.model.memory import HUGE_PAGE
 
     for numel, dtype in [(HUGE_PAGE // 4 + 5, torch.float32), (3 * HUGE_PAGE // 2, torch.bfloat16)]:
         t = huge_page_tensor(numel, dtype)

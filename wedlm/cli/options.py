@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import signal
 import sys
 import threading
@@ -316,11 +317,24 @@ def load_llm(args: argparse.Namespace, command: str) -> Any | None:
     model folder, an unavailable device or a bad engine option (no traceback)."""
     from wedlm.model.loader import CheckpointError
 
+    _show_one_off_builds()
     try:
         return build_llm(args)
     except (OSError, ValueError, CheckpointError) as err:
         print(f"wedlm {command}: error: {err}", file=sys.stderr)
         return None
+
+
+def _show_one_off_builds() -> None:
+    """Print the engine's one-off build of its C++ operators (10-25 s, once per machine and torch
+    version) on stderr, so that a first command does not sit silent through it. Commands that
+    configure logging (`serve`) show it through their own handlers."""
+    native = logging.getLogger("wedlm.engine.native")
+    if not native.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("wedlm: %(message)s"))
+        native.addHandler(handler)
+        native.setLevel(logging.INFO)
 
 
 def check_output(path: str | Path, flag: str, folder: bool = False) -> None:

@@ -77,7 +77,9 @@ def forward_logits(model: QwenForCausalLM, input_ids: torch.Tensor, positions: t
             logits = model(input_ids, positions, attn, logit_rows)
     logits = logits.float()
     if mask_token_id is not None:
-        logits[:, mask_token_id] = float("-inf")
+        # index_fill_, not `logits[:, id] = -inf`: inductor lowers that assignment to a pass that
+        # rewrites every logit (~30 us for 16 x 4096 on one core), index_fill_ to one store a row
+        logits.index_fill_(1, torch.tensor([mask_token_id]), float("-inf"))
     return logits, row_argmax(logits)
 
 

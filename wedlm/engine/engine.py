@@ -99,7 +99,8 @@ class Engine:
         self.runner = make_engine_runner(self.model, num_blocks, config, device, dtype, autocast, onednn_linear,
                                          enforce_eager=self.enforce_eager)
         if getattr(self.runner, "panel_weights", False):  # the panels replaced the transposed copies
-            self.matmuls += f"; compiled matmuls of 1 to {FEW_ROWS_MAX} rows on column panels"
+            self.matmuls += (f"; compiled matmuls of 1 to {FEW_ROWS_MAX} rows on column panels" if self.runner.native_ops
+                             else "; eager few-row bf16 matmuls on bf16 column panels")
         elif getattr(self.runner, "transposed_gemv", False):
             self.matmuls += "; one-row matmuls on transposed weight copies"
         if getattr(self.runner, "native_ops", False):

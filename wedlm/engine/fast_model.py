@@ -36,9 +36,7 @@ model, same greedy tokens; docs/engine.md, "One-row matmuls on transposed weight
 
 from __future__ import annotations
 
-import ctypes
 import itertools
-import mmap
 import weakref
 
 import torch
@@ -48,6 +46,7 @@ from torch import nn
 from ..hardware import cpu_flags
 from ..model.attention import use_cpu_attention
 from ..model.layers import RMSNorm, SwiGLU, apply_rope
+from ..model.memory import zeroed_cpu_tensor
 from ..model.qwen import Attention, QwenForCausalLM
 from . import native
 from .buckets import FEW_ROWS_MAX, bucket
@@ -94,8 +93,6 @@ PANELS_MAX_BYTES = 2 << 30
 # `python benchmarks/bf16_matmul.py`, one thread of a Xeon with AMX: 43.6 ms against 41 at 16 rows,
 # 80.6 against 46.3 at 32, 26.4 against 39.5 at 8). Without AMX every bf16 matmul of up to FEW_ROWS_MAX rows takes the panels.
 BF16_AMX_FEW_ROWS_MAX = 12
-# transparent huge pages (`huge_page_tensor`): the size and alignment of one
-HUGE_PAGE = 2 << 20
 # `wedlm_cpu::linear`'s unpacked-oneDNN row threshold for a matmul that never takes oneDNN
 # (`panel_linear`): rows beyond FEW_ROWS_MAX go to BLAS
 _NO_ONEDNN_ROWS = 1 << 62
@@ -631,30 +628,17 @@ def bf16_panels_supported() -> bool:
 
 
 def huge_page_tensor(numel: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """An uninitialised 1-D CPU tensor of `numel` elements whose memory the kernel may back with
-    2 MB pages (transparent huge pages, asked for with `madvise`), starting on a 2 MB boundary.
+    """A zero-filled 1-D CPU tensor of `numel` elements whose memory the kernel may back with 2 MB
+    pages (transparent huge pages), starting on a 2 MB boundary (`zeroed_cpu_tensor`).
 
     The matmuls of a decode step read every weight once, more than the TLB covers with 4 KB pages:
     the shipped model's 16 MB of column panels (`use_panel_weights`) ran its 16-row matmuls at
     1.06x the rate on 2 MB pages (`few_rows_mm` over all of them in turn, one Zen 4 thread,
     92 against 87 GFLOP/s; 87 against 82 with the caches flushed first). Where the system has no
     such pages (not Linux, a kernel without them, or transparent huge pages set to `never`) it is
-    ordinary memory; below 2 MB, `torch.empty`.
+    ordinary memory.
     """
-    nbytes = numel * dtype.itemsize
-    advice = getattr(mmap, "MADV_HUGEPAGE", None)
-    if advice is None or nbytes < HUGE_PAGE:
-        return torch.empty(numel, dtype=dtype)
-    # a private mapping: shared anonymous memory follows the shmem setting (usually `never`)
-    area = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    try:
-        area.madvise(advice)
-    except OSError:  # a kernel built without transparent huge pages: ordinary pages
-        pass
-    view = ctypes.c_char.from_buffer(area)
-    offset = -ctypes.addressof(view) % HUGE_PAGE
-    del view  # an exported buffer would keep the mapping from closing
-    return torch.frombuffer(area, dtype=dtype, count=numel, offset=offset)  # keeps `area` alive
+    return zeroed_cpu_tensor((numel,), dtype, huge_pages=True)
 
 
 def _matmuls(model: QwenForCausalLM) -> list[tuple[nn.Module, torch.Tensor]]:

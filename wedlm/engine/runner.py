@@ -120,10 +120,16 @@ class ModelRunner:
         # one-row float32 matmuls on transposed weight copies (CPU, one process, no autocast)
         self.transposed_gemv = (fast_path and autocast is None and not sharded
                                 and use_transposed_gemv(self.model))
+        one_cpu_process = model.device.type == "cpu" and not sharded
         # the compiled graph's float32 matmuls and attention by the engine's C++ operators (`native.py`)
-        self.native_ops = not enforce_eager and model.device.type == "cpu" and not sharded and use_native_ops()
+        self.native_ops = not enforce_eager and one_cpu_process and use_native_ops()
+        # bf16-autocast matmuls run on bf16 panels eagerly too (`bf16_panel_linear`): oneDNN's
+        # few-row bf16 products were the slowest part of an eager bf16 step (SmolLM2-135M, one Xeon
+        # thread: 50 ms a token against 27 on the panels); float32 eager stays BLAS, the reference
+        eager_bf16_panels = (enforce_eager and one_cpu_process and fast_path and autocast == torch.bfloat16
+                             and use_native_ops())
         # their few-row matmuls on column-panel copies of the weights (`few_rows_mm`)
-        self.panel_weights = self.native_ops and fast_path and use_panel_weights(self.model)
+        self.panel_weights = (self.native_ops or eager_bf16_panels) and fast_path and use_panel_weights(self.model)
         # the causal mask as prefix lengths, which the C++ window attention reads (float32 graphs)
         self.key_ends = self.native_ops and autocast is None and model.dtype == torch.float32
         self.device = model.device

@@ -26,6 +26,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .memory import zeroed_cpu_tensor
+
 _SDPA_HAS_GQA = "enable_gqa" in (F.scaled_dot_product_attention.__doc__ or "")
 
 
@@ -84,8 +86,8 @@ class KVCache:
             raise ValueError(f"KVCache needs num_blocks >= 1 and block_size >= 1, got {num_blocks}, {block_size}")
         shape = (num_blocks, block_size, kv_heads, head_dim)
         self.num_blocks, self.block_size = num_blocks, block_size
-        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.k = [_zeros(shape, dtype, device) for _ in range(num_layers)]
+        self.v = [_zeros(shape, dtype, device) for _ in range(num_layers)]
 
     def flat(self, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V of one layer as [num_blocks * block_size, kv_heads, head_dim] views."""
@@ -94,6 +96,16 @@ class KVCache:
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.k + self.v)
+
+
+
+def _zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """One layer's K or V cache, zero-filled. On a CPU the pages are committed as blocks are first
+    written (`zeroed_cpu_tensor`): the default budget sizes a cache for max_num_seqs full-length
+    requests, and zeroing all of it up front took most of a fresh process's start."""
+    if torch.device(device).type == "cpu":
+        return zeroed_cpu_tensor(shape, dtype)
+    return torch.zeros(shape, dtype=dtype, device=device)
 
 
 @dataclass
