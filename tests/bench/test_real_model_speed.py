@@ -40,8 +40,9 @@ def test_table_rows_and_missing_cells():
     # the Q4_1 engine row exists at batch 1 only: no batch-8 line for it
     assert not any(line.startswith("| engine ar, compiled, from the Q4_1") and "| 8 |" in line for line in lines)
     assert "| engine ar, compiled, bf16 autocast | 8 | 2 | n/a | n/a | |" in lines
+    assert "| engine ar, compiled, bf16 weights | 8 | 2 | n/a | n/a | |" in lines
     assert "| llama.cpp, bf16 GGUF | 1 | 1 | n/a | n/a | |" in lines
-    assert len(lines) == 2 + 2 * (8 + 7)  # header, then per thread count: 8 systems at batch 1, 7 at batch 8
+    assert len(lines) == 2 + 2 * (9 + 8)  # header, then per thread count: 9 systems at batch 1, 8 at batch 8
 
 
 def test_targets_use_the_faster_engine_mode():
@@ -58,11 +59,16 @@ def test_targets_use_the_faster_engine_mode():
 
 
 def test_bf16_engine_against_bf16_llama_cpp():
-    """Where both bf16 rows ran, a line after the targets compares them (no target)."""
-    rows = [*ROWS, _row("engine_bf16", 1, 1, 8.0, 110.0, 2), _row("llama_bf16", 1, 1, 20.0, 50.0, 2, eval_ms=19.0)]
-    assert _bench().ratios(rows)[2] == ("- 1 thread(s), batch 1: engine ar, compiled, bf16 autocast is 2.50x "
-                                        "llama.cpp, bf16 GGUF per decoded token (the same bf16 matmul weights)")
-    assert len(_bench().ratios(rows)) == 5
+    """Where the bf16 rows ran, a line after the targets compares each engine row with llama.cpp's
+    bf16 row (no target): bf16 weights first, then bf16 autocast."""
+    rows = [*ROWS, _row("engine_bf16", 1, 1, 8.0, 110.0, 2), _row("llama_bf16", 1, 1, 20.0, 50.0, 2, eval_ms=19.0),
+            _row("engine_bf16w", 1, 1, 10.0, 100.0, 3)]
+    lines = _bench().ratios(rows)
+    assert lines[2:4] == ["- 1 thread(s), batch 1: engine ar, compiled, bf16 weights is 2.00x llama.cpp, bf16 GGUF "
+                          "per decoded token (the same bf16 matmul weights)",
+                          "- 1 thread(s), batch 1: engine ar, compiled, bf16 autocast is 2.50x llama.cpp, bf16 GGUF "
+                          "per decoded token (the same bf16 matmul weights)"]
+    assert len(lines) == 6
 
 
 def test_outputs_written(tmp_path):

@@ -225,3 +225,28 @@ def test_compiled_bf16_autocast_reads_bf16_panels(tiny_path):
                   _torch_autocast_reference(tiny_path, **kw).engine.runner.run([item])[0].logits)
     params = SamplingParams(temperature=0.0, max_tokens=8, decoding="ar", ignore_eos=True)
     assert len(compiled.generate([[5, 9, 14]], params)[0]["token_ids"]) == 8
+
+
+def test_automatic_bf16_is_bf16_weights_where_the_panels_run(ckpt_factory, monkeypatch):
+    """Automatic precision on a CPU with bf16 units, for a model of hidden size >= 512: bf16
+    weights with float32 activations where `few_rows_mm` multiplies bf16 panels, bf16 autocast
+    where it cannot; an explicit `autocast=True` keeps autocast."""
+    from wedlm.engine import config as engine_config
+    from wedlm.engine.fast_model import bf16_panels_supported, use_native_ops
+
+    monkeypatch.setenv("WEDLM_CPU_BF16", "1")
+    wide = ckpt_factory("wide", family="qwen3", wedlm=True, tokenizer=True, seed=0, hidden_size=512,
+                        intermediate_size=512, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                        head_dim=64)
+    kw = dict(kv_block_size=4, wedlm_window_size=4, device="cpu", num_kv_blocks=32)
+    forced = LLM(str(wide), autocast=True, **kw).engine
+    assert forced.runner.autocast == torch.bfloat16 and forced.quantization is None
+    if use_native_ops() and bf16_panels_supported():
+        auto = LLM(str(wide), **kw).engine
+        assert auto.runner.autocast is None and auto.quantization == "bf16" and auto.runner.panel_weights
+        assert auto.precision == ("float32 weights rounded to bf16 for the matmuls, float32 activations "
+                                  "(auto: CPU has bf16 matrix units)")
+    monkeypatch.setattr(engine_config, "bf16_panels_supported", lambda: False)
+    fallback = LLM(str(wide), **kw).engine
+    assert fallback.runner.autocast == torch.bfloat16 and fallback.quantization is None
+    assert fallback.precision == "float32 weights, bf16 autocast (auto: CPU has bf16 matrix units)"

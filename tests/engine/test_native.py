@@ -137,8 +137,9 @@ def test_few_rows_mm_refuses_what_it_does_not_compute(cpp_op):
         mm(torch.randn(3, 8), torch.randn(128), 16, torch.randn(8))
     with pytest.raises(RuntimeError, match="panels must be float32 or bfloat16, got Double"):
         mm(torch.randn(3, 8).double(), torch.randn(128).double(), 16, None)
-    with pytest.raises(RuntimeError, match=r"x \(Float\) and panels \(BFloat16\) must have one dtype"):
-        mm(torch.randn(3, 8), torch.randn(128).bfloat16(), 16, None)
+    with pytest.raises(RuntimeError, match=r"x \(BFloat16\) must have the panels' dtype \(Float\), or be float32 "
+                                           r"with bf16 panels"):
+        mm(torch.randn(3, 8).bfloat16(), torch.randn(128), 16, None)
     with pytest.raises(RuntimeError, match=r"bias must be bfloat16 \[N = 16\]"):
         mm(torch.randn(3, 8).bfloat16(), torch.randn(128).bfloat16(), 16, torch.randn(16))
     with pytest.raises(RuntimeError, match="bf16 panels need an even K, got 7"):
@@ -201,6 +202,41 @@ def test_few_rows_mm_on_bf16_panels_is_autocasts_linear(bf16_op, rows, n, k):
         apart = (got.double() - want.double()).abs()
         assert (apart <= ulp + sums).all() and (apart == 0).float().mean() >= 0.99
         assert (got.double() - exact).abs().max() <= (want.double() - exact).abs().max() + ulp.max()
+
+
+@pytest.mark.parametrize("rows", [1, 3, 8, 16, 40])
+@pytest.mark.parametrize("n,k", [(64, 96), (960, 576), (48, 2)])
+def test_few_rows_mm_on_bf16_panels_keeps_float32_rows_float32(bf16_op, rows, n, k):
+    """float32 x with bf16 panels (bf16 weights, float32 activations): x rounded to bf16 as torch
+    casts it, the float32 sums returned unrounded, so that rounding them gives exactly the bf16
+    rows' outputs; within float32 summation error of the float64 product of the same bf16 values."""
+    gen = torch.Generator().manual_seed(rows * 7 + n + k)
+    w, b = torch.randn(n, k, generator=gen).bfloat16(), torch.randn(n, generator=gen)
+    x = torch.randn(rows, k, generator=gen)
+    panels = pack_panels(w)
+    for bias in (None, b):
+        got = torch.ops.wedlm_cpu.few_rows_mm(x, panels, n, bias)
+        assert got.dtype == torch.float32 and got.shape == (rows, n)
+        exact = x.bfloat16().double() @ w.double().t() + (0 if bias is None else bias.double())
+        sums = k * torch.finfo(torch.float32).eps * (x.bfloat16().double().abs() @ w.double().abs().t())
+        assert ((got.double() - exact).abs() <= sums + 1e-6 * exact.abs()).all()
+    rounded = torch.ops.wedlm_cpu.few_rows_mm(x.bfloat16(), panels, n, None)
+    assert torch.equal(torch.ops.wedlm_cpu.few_rows_mm(x, panels, n, None).bfloat16(), rounded)
+
+
+def test_bf16_weights_run_every_row_count_on_the_panels(bf16_op):
+    """`bf16_weight_linear`: every row count through `few_rows_mm` on the bf16 panels (the same
+    bf16 weights for a prefill as for a decode step), float32 in and out, bias included."""
+    from wedlm.engine.fast_model import bf16_weight_linear
+
+    gen = torch.Generator().manual_seed(5)
+    w, b = torch.randn(64, 32, generator=gen), torch.randn(64, generator=gen)
+    panels = pack_panels(w.bfloat16())
+    for rows in (1, 12, FEW_ROWS_MAX + 3):
+        x = torch.randn(2, rows, 32, generator=gen)
+        got = bf16_weight_linear(x, w, b, panels)
+        want = torch.ops.wedlm_cpu.few_rows_mm(x.reshape(-1, 32), panels, 64, b).view(2, rows, 64)
+        assert got.dtype == torch.float32 and torch.equal(got, want)
 
 
 def test_the_matmul_takes_bf16_rows_on_bf16_panels(bf16_op):

@@ -1,6 +1,7 @@
 """`quantization="int8"`: int8 matmuls (activations per row, weights per channel) on the shipped
 model; a row's result does not depend on the other rows; `verified` still equals `ar` of the same
-quantized model; bad settings are clear errors."""
+quantized model; bad settings are clear errors. `quantization="bf16"`: bf16 weights with float32
+activations on bf16 panels (a CPU with AVX512-BF16), held to the same."""
 
 from pathlib import Path
 
@@ -134,10 +135,12 @@ def test_verified_equals_ar_under_int8(int8_llm):
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"quantization": "int4"}, "quantization must be None or one of 'int8', got 'int4'"),
+    ({"quantization": "int4"}, "quantization must be None or one of 'int8', 'bf16', got 'int4'"),
     ({"quantization": "int8", "dtype": "bfloat16"}, "quantizes float32 weights, got dtype='bfloat16'"),
     ({"quantization": "int8", "autocast": True}, "runs in one process without autocast"),
     ({"quantization": "int8", "tensor_parallel_size": 2}, "runs in one process without autocast"),
+    ({"quantization": "bf16", "dtype": "bfloat16"}, "quantizes float32 weights, got dtype='bfloat16'"),
+    ({"quantization": "bf16", "autocast": True}, "runs in one process without autocast"),
 ])
 def test_bad_quantization_settings(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -164,3 +167,66 @@ def test_compiled_int8_equals_eager_int8(int8_llm):
         params = SamplingParams(temperature=0, max_tokens=32, decoding=decoding)
         assert [o["token_ids"] for o in compiled.generate(prompts, params)] == \
             [o["token_ids"] for o in int8_llm.generate(prompts, params)]
+
+
+@pytest.fixture(scope="module")
+def bf16_llm():
+    from wedlm.engine.fast_model import bf16_panels_supported, use_native_ops
+
+    if not (use_native_ops() and bf16_panels_supported()):
+        pytest.skip("needs a CPU with AVX512-BF16 and the C++ operators")
+    return LLM(str(MODEL), device="cpu", quantization="bf16")
+
+
+def test_bf16_weights_run_every_matmul_on_bf16_panels(bf16_llm):
+    """quantization="bf16": every matmul (fused q/k/v and gate/up, o, down, the tied lm_head) reads
+    bf16 panels of its float32 weight rounded to bf16; the parameters, embedding and KV cache stay
+    float32, and so do the logits' rows of one forward, within bf16 weight rounding of float32's."""
+    from wedlm.engine.fast_model import _matmuls, pack_panels
+    from wedlm.engine.runner import ForwardItem
+
+    runner = bf16_llm.engine.runner
+    targets = _matmuls(runner.model)
+    assert len(targets) == 4 * 8 + 1 and runner.panel_weights and runner.autocast is None
+    for module, weight in targets:
+        assert weight.dtype == torch.float32
+        assert torch.equal(module.weight_panels, pack_panels(weight.bfloat16()))
+    assert runner.model.dtype == runner.kv_cache.k[0].dtype == torch.float32
+    assert bf16_llm.engine.precision == "float32 weights rounded to bf16 for the matmuls, float32 activations"
+    item = ForwardItem([5, 9, 14, 20], [0, 1, 2, 3], [0, 3], 0, [0, 1, 2, 3])
+    float32 = LLM(str(MODEL), device="cpu", autocast=False)
+    a, b = runner.run([item])[0].logits, float32.engine.runner.run([item])[0].logits
+    assert a.dtype == torch.float32 and not torch.equal(a, b)
+    finite = torch.isfinite(b)
+    assert torch.equal(torch.isfinite(a), finite)
+    assert (a[finite] - b[finite]).abs().max() <= 0.02 * b[finite].abs().max()
+
+
+def test_verified_equals_ar_under_bf16_weights(bf16_llm):
+    prompts = [encode_chat(bf16_llm.tokenizer, [{"role": "user", "content": q}]) for q in QUESTIONS]
+    params = {d: SamplingParams(temperature=0, max_tokens=48, decoding=d) for d in ("ar", "verified")}
+    ar = bf16_llm.generate(prompts, params["ar"])
+    assert [o["token_ids"] for o in bf16_llm.generate(prompts, params["verified"])] == [o["token_ids"] for o in ar]
+    assert [bf16_llm.generate([p], params["ar"])[0]["token_ids"] for p in prompts] == [o["token_ids"] for o in ar]
+    assert ar[1]["text"].endswith("85") and ar[2]["text"] == "Mia, Ben, Anna, Tom"
+
+
+def test_bf16_weights_need_the_bf16_kernel(monkeypatch):
+    """Where `few_rows_mm` cannot multiply bf16 panels the engine refuses quantization="bf16"
+    with an error naming it, instead of running another precision."""
+    from wedlm.engine import fast_model
+
+    monkeypatch.setattr(fast_model, "bf16_panels_supported", lambda: False)
+    with pytest.raises(ValueError, match="quantization='bf16' needs a CPU with AVX512-BF16"):
+        LLM(str(MODEL), device="cpu", quantization="bf16")
+
+
+@pytest.mark.slow
+def test_compiled_bf16_weights_equal_eager_bf16_weights(bf16_llm):
+    compiled = LLM(str(MODEL), device="cpu", quantization="bf16", enforce_eager=False)
+    assert compiled.engine.runner.native_ops and compiled.engine.runner.panel_weights
+    prompts = [encode_chat(bf16_llm.tokenizer, [{"role": "user", "content": q}]) for q in QUESTIONS[:2]]
+    for decoding in ("ar", "wedlm"):
+        params = SamplingParams(temperature=0, max_tokens=32, decoding=decoding)
+        assert [o["token_ids"] for o in compiled.generate(prompts, params)] == \
+            [o["token_ids"] for o in bf16_llm.generate(prompts, params)]

@@ -110,8 +110,9 @@ def add_device_args(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
                         help="weights and activations dtype (default: %(default)s)")
     parser.add_argument("--quantization", default=None, choices=QUANTIZATIONS,
-                        help="int8: every matmul in int8 (weights per output channel, activations per row; "
-                             "CPU, float32 checkpoints); default: none")
+                        help="int8: every matmul in int8 (weights per output channel, activations per row); "
+                             "bf16: every matmul on bf16 weights with float32 activations (a CPU with "
+                             "AVX512-BF16); both CPU, float32 checkpoints; default: none")
 
 
 def add_runtime_args(parser: argparse.ArgumentParser) -> None:

@@ -150,9 +150,13 @@ class CompiledForward:
         # on every call, ~130 checks a step) are off: dynamo's guards check the step's inputs, the
         # model's and KV cache's tensors never change in an engine, and `test_native.py` checks
         # each operator's output against its registered shape function (`torch.library.opcheck`).
-        # A batch-1 `wedlm` answer took 0.96x the time without them (same tokens).
-        options = ({"cpp_wrapper": True, "size_asserts": False} if device.type == "cpu" and not collectives
-                   else {})
+        # A batch-1 `wedlm` answer took 0.96x the time without them (same tokens). The calling code
+        # is built apart from the kernels (`cpp_wrapper_build_separate`: the wrapper at -O1, the
+        # kernels at -O3): SmolLM2-135M's first graphs took 128 s with an empty cache, 87 s of it
+        # gcc on one -O3 file holding 30 layers' calls and kernels; 67 s apart (the shipped model's
+        # first answer 19.3 against 22.2 s), steps within noise (15.4 against 15.0 ms a token).
+        options = ({"cpp_wrapper": True, "cpp_wrapper_build_separate": True, "size_asserts": False}
+                   if device.type == "cpu" and not collectives else {})
         # Dynamo checks a graph's guards before every call; most of them re-check the model's
         # modules (their types, flags, int attributes), which an engine never changes after it
         # is built. They are dropped (`skip_guard_on_all_nn_modules_unsafe`): the batch-1 step

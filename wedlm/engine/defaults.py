@@ -26,7 +26,7 @@ from .errors import RequestError
 
 DECODERS = ("wedlm", "ar", "blockwise", "verified")
 # the engine's `quantization` values besides None (float weights): `quantize.py`
-QUANTIZATIONS = ("int8",)
+QUANTIZATIONS = ("int8", "bf16")
 # rows one forward may spend on `verified` windows before they shrink (`decoders/verified.py`,
 # `window_for_load`; the engine's `verified_token_budget`). On one CPU core the shipped model's
 # whole windows still paid at batch 8 (136 rows) and lost to `ar` at batch 32 (544 rows).

@@ -28,6 +28,7 @@ from .buckets import FEW_ROWS_MAX
 from .commit import commit_tokens, final_delta, progress_delta
 from .config import (
     EngineConfig,
+    auto_bf16_weights,
     resolve_cpu_linear,
     resolve_device,
     resolve_enforce_eager,
@@ -77,11 +78,20 @@ class Engine:
         # tensor-parallel ranks and int8 weights run without autocast; self.precision: what the forward computes in
         requested = False if config.tensor_parallel_size > 1 or config.quantization else config.autocast
         autocast, self.precision = resolve_precision(requested, device, dtype, hidden_size=cfg.hidden_size)
+        # self.quantization: the resolved option; automatic bf16 on a CPU whose bf16 panels run is
+        # bf16 weights with float32 activations, not autocast (`auto_bf16_weights`)
+        self.quantization = config.quantization
+        if auto_bf16_weights(config, autocast):
+            autocast, self.quantization = None, "bf16"
         # self.matmuls: which kernel runs the float32 matmuls, and why
         onednn_linear, self.matmuls = resolve_cpu_linear(device, dtype, autocast, config.tensor_parallel_size)
-        if config.quantization:
+        if self.quantization == "int8":
             onednn_linear, self.matmuls = False, int8_matmuls()
             self.precision = "float32 weights quantized to int8 per output channel, int8 activations per row"
+        elif self.quantization == "bf16":
+            onednn_linear, self.matmuls = False, "bf16 matmuls on bf16 column panels (float32 sums and outputs)"
+            why = "" if config.quantization else self.precision[self.precision.index(" ("):]
+            self.precision = f"float32 weights rounded to bf16 for the matmuls, float32 activations{why}"
         try:
             self.tokenizer = load_tokenizer(config.model)
         except FileNotFoundError:
@@ -97,8 +107,10 @@ class Engine:
         # self.enforce_eager: whether the forward runs eagerly (the resolved option), and why
         self.enforce_eager, why_eager = resolve_enforce_eager(config.enforce_eager, device)
         self.runner = make_engine_runner(self.model, num_blocks, config, device, dtype, autocast, onednn_linear,
-                                         enforce_eager=self.enforce_eager)
-        if getattr(self.runner, "panel_weights", False):  # the panels replaced the transposed copies
+                                         enforce_eager=self.enforce_eager, quantization=self.quantization)
+        if self.quantization == "bf16":
+            pass  # every matmul on bf16 panels: `matmuls` says so
+        elif getattr(self.runner, "panel_weights", False):  # the panels replaced the transposed copies
             self.matmuls += (f"; compiled matmuls of 1 to {FEW_ROWS_MAX} rows on column panels" if self.runner.native_ops
                              else "; eager few-row bf16 matmuls on bf16 column panels")
         elif getattr(self.runner, "transposed_gemv", False):

@@ -96,6 +96,8 @@ BF16_AMX_FEW_ROWS_MAX = 12
 # `wedlm_cpu::linear`'s unpacked-oneDNN row threshold for a matmul that never takes oneDNN
 # (`panel_linear`): rows beyond FEW_ROWS_MAX go to BLAS
 _NO_ONEDNN_ROWS = 1 << 62
+# `bf16_weight_linear`'s row limit for the panels: none (the same bf16 weights for every matmul)
+_ALL_ROWS = 1 << 62
 
 # key -> weak reference to a prepacked weight (`pack_weight`). The module that owns the packed
 # tensor holds the only strong reference, so a dropped engine frees it; the compiled graph sees
@@ -306,7 +308,9 @@ def _matmul(module: nn.Module, x: torch.Tensor, weight: torch.Tensor, bias: torc
     oneDNN runs through `panel_linear`; bf16 panels (a `precast_for_autocast`ed model) go to
     `bf16_panel_linear`."""
     if module.weight_panels is not None and module.weight_panels.dtype == torch.bfloat16:
-        return bf16_panel_linear(x, weight, bias, module.weight_panels)
+        if weight.dtype == torch.bfloat16:  # a `precast_for_autocast`ed model under autocast
+            return bf16_panel_linear(x, weight, bias, module.weight_panels)
+        return bf16_weight_linear(x, weight, bias, module.weight_panels)
     if _one_row(module, x):
         return one_row_linear(x, module.weight_t, bias, module.weight_panels)
     if module.onednn:
@@ -355,6 +359,25 @@ def bf16_panel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     """
     return _native_linear(x.to(torch.bfloat16), weight, bias, panels, 0, PACKED_MIN_MACS, _NO_ONEDNN_ROWS,
                           _bf16_few_rows_max)
+
+
+
+def bf16_weight_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                       panels: torch.Tensor) -> torch.Tensor:
+    """`F.linear(x, weight, bias)` with bf16 weights and float32 activations (the engine's
+    `quantization="bf16"`, `use_panel_weights(..., bf16=True)`): x rounded to bf16 (nearest even),
+    products of bf16 pairs summed in float32 and returned unrounded, by `few_rows_mm` on the bf16
+    `panels` for every row count (the weights every matmul reads are the same bf16 values).
+
+    Args:
+        x: float32 [..., in_features]; weight: the float32 weight [out_features, in_features]
+            (for the shape only); bias: float32 [out_features] or None; panels:
+            `pack_panels(weight.to(torch.bfloat16))`.
+
+    Returns:
+        float32 [..., out_features]: sum_k bf16(x[k]) bf16(w[n, k]) in float32, plus the bias.
+    """
+    return _native_linear(x, weight, bias, panels, 0, PACKED_MIN_MACS, _NO_ONEDNN_ROWS, _ALL_ROWS)
 
 
 class OneDNNLinear(nn.Linear):
@@ -569,7 +592,7 @@ def pack_panels(weight: torch.Tensor) -> torch.Tensor:
     return panels.contiguous().reshape(-1)
 
 
-def use_panel_weights(model: QwenForCausalLM, max_bytes: int = PANELS_MAX_BYTES) -> bool:
+def use_panel_weights(model: QwenForCausalLM, max_bytes: int = PANELS_MAX_BYTES, bf16: bool = False) -> bool:
     """Give every matmul of an `optimize_for_inference`d CPU float32 model a copy of its weight in
     column panels (`pack_panels`), which compiled graphs with the C++ operators run 1 to
     FEW_ROWS_MAX rows on (`wedlm_cpu::few_rows_mm`); in place. Returns whether it did. The panels
@@ -581,10 +604,18 @@ def use_panel_weights(model: QwenForCausalLM, max_bytes: int = PANELS_MAX_BYTES)
     those weights instead of another (16 MB for the shipped model, 540 MB for SmolLM2-135M); models
     whose matmul weights exceed `max_bytes`, or with a weight whose out_features is not a multiple
     of 16, are left alone. Needs the engine's C++ operators (`use_native_ops`). Idempotent; weights
-    changed afterwards need another call."""
+    changed afterwards need another call.
+
+    With `bf16`, the panels of a float32 model (not precast) hold its weights rounded to bf16, and
+    every matmul runs `bf16_weight_linear` on them (bf16 weights, float32 activations); False
+    where the CPU has no AVX512-BF16 (`bf16_panels_supported`)."""
     if _native_linear is None or model.dtype != torch.float32 or model.device.type != "cpu":
         return False
     targets = _matmuls(model)
+    if bf16:
+        if any(w.dtype != torch.float32 for _, w in targets):
+            return False
+        targets = [(module, w.detach().to(torch.bfloat16)) for module, w in targets]
     dtype = targets[0][1].dtype if targets else None
     if dtype == torch.bfloat16:
         if not bf16_panels_supported() or any(w.shape[1] % 2 for _, w in targets):

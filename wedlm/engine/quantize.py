@@ -53,12 +53,12 @@ def int8_matmuls() -> str:
 
 
 def check_quantization(value: str | None, device: torch.device | None = None, dtype: str | None = None) -> str | None:
-    """`value` of the engine option `quantization`, checked: None (float weights) or "int8".
+    """`value` of the engine option `quantization`, checked: None (float weights), "int8" or "bf16".
 
     Args:
         value: the option.
-        device: the resolved device, when known ("int8" runs on the CPU only).
-        dtype: the weights' dtype, when known ("int8" quantizes float32 weights).
+        device: the resolved device, when known (both run on the CPU only).
+        dtype: the weights' dtype, when known (both quantize float32 weights).
 
     Raises:
         ValueError: naming `quantization` and what it allows.

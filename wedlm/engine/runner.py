@@ -101,6 +101,8 @@ class ModelRunner:
             forward then holds the collectives.
         onednn_linear: float32 matmuls by oneDNN on prepacked weights (`fast_model.PACKED_MIN_MACS`)
             (`fast_model.use_onednn_linear`; with `fast_path` only).
+        bf16_weights: every matmul on bf16 panels of its weight with float32 activations
+            (`fast_model.bf16_weight_linear`; the engine's `quantization="bf16"`), eager or compiled.
 
     With `fast_path`, no autocast and not `sharded`, a float32 CPU model's one-row matmuls run on
     transposed weight copies (`fast_model.use_transposed_gemv`; `transposed_gemv` says whether).
@@ -110,7 +112,7 @@ class ModelRunner:
 
     def __init__(self, model: QwenForCausalLM, num_blocks: int, block_size: int, fast_path: bool = True,
                  enforce_eager: bool = True, autocast: torch.dtype | None = None, sharded: bool = False,
-                 onednn_linear: bool = False) -> None:
+                 onednn_linear: bool = False, bf16_weights: bool = False) -> None:
         cfg = model.config
         self.model = optimize_for_inference(model) if fast_path else model
         if fast_path and autocast is not None:  # no per-forward weight casts (fast_model.py)
@@ -126,10 +128,14 @@ class ModelRunner:
         # bf16-autocast matmuls run on bf16 panels eagerly too (`bf16_panel_linear`): oneDNN's
         # few-row bf16 products were the slowest part of an eager bf16 step (SmolLM2-135M, one Xeon
         # thread: 50 ms a token against 27 on the panels); float32 eager stays BLAS, the reference
-        eager_bf16_panels = (enforce_eager and one_cpu_process and fast_path and autocast == torch.bfloat16
-                             and use_native_ops())
+        eager_bf16_panels = (enforce_eager and one_cpu_process and fast_path
+                             and (autocast == torch.bfloat16 or bf16_weights) and use_native_ops())
         # their few-row matmuls on column-panel copies of the weights (`few_rows_mm`)
-        self.panel_weights = (self.native_ops or eager_bf16_panels) and fast_path and use_panel_weights(self.model)
+        self.panel_weights = ((self.native_ops or eager_bf16_panels) and fast_path
+                              and use_panel_weights(self.model, bf16=bf16_weights))
+        if bf16_weights and not self.panel_weights:
+            raise ValueError("quantization='bf16' needs a CPU with AVX512-BF16, the engine's C++ operators "
+                             "(a C++ compiler), float32 weights in one process and fast_path")
         # the causal mask as prefix lengths, which the C++ window attention reads (float32 graphs)
         self.key_ends = self.native_ops and autocast is None and model.dtype == torch.float32
         self.device = model.device

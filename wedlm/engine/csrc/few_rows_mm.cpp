@@ -24,6 +24,7 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <type_traits>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -166,8 +167,9 @@ void columns(const float* x, int64_t M, int64_t K, const float* packed, int64_t 
 #define WEDLM_BF16_KERNEL 1
 #define WEDLM_BF16 __attribute__((target("avx512f,avx512bw,avx512bf16")))
 
-template <int MR, int NP, bool FETCH>
-WEDLM_BF16 void tile_bf16(const uint32_t* x, int64_t KP, const uint16_t* w, const float* bias, uint16_t* y,
+// Out: uint16_t (bf16 outputs, rounded to nearest even) or float (the float32 sums as they are)
+template <int MR, int NP, bool FETCH, typename Out>
+WEDLM_BF16 void tile_bf16(const uint32_t* x, int64_t KP, const uint16_t* w, const float* bias, Out* y,
                           int64_t N, int64_t n0) {
   __m512 acc[MR][NP];
 #pragma GCC unroll 16
@@ -194,46 +196,54 @@ WEDLM_BF16 void tile_bf16(const uint32_t* x, int64_t KP, const uint16_t* w, cons
     for (int v = 0; v < NP; ++v) {
       __m512 out = acc[r][v];
       if (bias) out = _mm512_add_ps(out, _mm512_loadu_ps(bias + n0 + PANEL * v));
-      _mm256_storeu_si256((__m256i*)(y + r * N + n0 + PANEL * v), (__m256i)_mm512_cvtneps_pbh(out));
+      if constexpr (std::is_same_v<Out, float>) {
+        _mm512_storeu_ps(y + r * N + n0 + PANEL * v, out);
+      } else {
+        _mm256_storeu_si256((__m256i*)(y + r * N + n0 + PANEL * v), (__m256i)_mm512_cvtneps_pbh(out));
+      }
     }
 }
 
-template <int NP, bool FETCH, int MR = 1>
+template <int NP, bool FETCH, typename Out, int MR = 1>
 WEDLM_BF16 void tile_bf16_of(int64_t rows, const uint32_t* x, int64_t KP, const uint16_t* w, const float* bias,
-                             uint16_t* y, int64_t N, int64_t n0) {
+                             Out* y, int64_t N, int64_t n0) {
   if constexpr (MR < 16 / NP) {
-    if (rows > MR) return tile_bf16_of<NP, FETCH, MR + 1>(rows, x, KP, w, bias, y, N, n0);
+    if (rows > MR) return tile_bf16_of<NP, FETCH, Out, MR + 1>(rows, x, KP, w, bias, y, N, n0);
   }
-  tile_bf16<MR, NP, FETCH>(x, KP, w, bias, y, N, n0);
+  tile_bf16<MR, NP, FETCH, Out>(x, KP, w, bias, y, N, n0);
 }
 
 // rows in blocks of at most 16 / NP (as even as they go), each block over NP panels at a time
-template <int NP>
+template <int NP, typename Out>
 WEDLM_BF16 void columns_bf16(const uint32_t* x, int64_t M, int64_t KP, const uint16_t* packed, int64_t N,
-                             const float* bias, uint16_t* y, int64_t c0, int64_t c1) {
+                             const float* bias, Out* y, int64_t c0, int64_t c1) {
   const int64_t blocks = block_count(M, 16 / NP);
   for (int64_t n0 = c0; n0 < c1; n0 += NP * PANEL)
     for (int64_t b = 0, m = 0; b < blocks; ++b) {
       const int64_t rows = block_rows(M, blocks, b);
       const uint16_t* w = packed + n0 * KP * 2;
       if (b == 0) {
-        tile_bf16_of<NP, true>(rows, x + m * KP, KP, w, bias, y + m * N, N, n0);
+        tile_bf16_of<NP, true, Out>(rows, x + m * KP, KP, w, bias, y + m * N, N, n0);
       } else {
-        tile_bf16_of<NP, false>(rows, x + m * KP, KP, w, bias, y + m * N, N, n0);
+        tile_bf16_of<NP, false, Out>(rows, x + m * KP, KP, w, bias, y + m * N, N, n0);
       }
       m += rows;
     }
 }
 #endif
 
-// x [M, K] bf16 @ the bf16 panels: bf16 [M, N]
+// x [M, K] @ the bf16 panels: x bf16 -> bf16 [M, N] (autocast's matmul); x float32 -> x rounded to
+// bf16 (nearest even, as torch casts), float32 [M, N] (bf16 weights with float32 activations: the
+// sums are not rounded)
 at::Tensor few_rows_mm_bf16(const at::Tensor& x, const at::Tensor& panels_w, int64_t N, const float* bias) {
-  TORCH_CHECK(x.scalar_type() == at::kBFloat16, "few_rows_mm: bf16 panels need a bf16 x, got ", x.scalar_type());
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat,
+              "few_rows_mm: bf16 panels need a bf16 or float32 x, got ", x.scalar_type());
   const int64_t K = x.size(1);
   TORCH_CHECK(K % 2 == 0, "few_rows_mm: bf16 panels need an even K, got ", K);
 #if defined(WEDLM_BF16_KERNEL)
   TORCH_CHECK(__builtin_cpu_supports("avx512bf16"), "few_rows_mm: bf16 panels need a CPU with AVX512-BF16");
-  const at::Tensor rows = x.contiguous();
+  const bool float_out = x.scalar_type() == at::kFloat;
+  const at::Tensor rows = x.to(at::kBFloat16).contiguous();
   const int64_t M = rows.size(0), KP = K / 2;
   at::Tensor y = at::empty({M, N}, x.options());
   if (M == 0) return y;
@@ -248,16 +258,22 @@ at::Tensor few_rows_mm_bf16(const at::Tensor& x, const at::Tensor& panels_w, int
     xp = packed_x.data();
   }
   const uint16_t* wp = reinterpret_cast<const uint16_t*>(panels_w.data_ptr());
-  uint16_t* yp = reinterpret_cast<uint16_t*>(y.data_ptr());
-  // N is a multiple of 16 but maybe not of 4 panels: the last run of columns takes the leftover
-  // panels one at a time with the same rows
-  at::parallel_for(0, (N + 4 * PANEL - 1) / (4 * PANEL), 1, [&](int64_t begin, int64_t end) {
-    const int64_t c0 = begin * 4 * PANEL, c1 = std::min(N, end * 4 * PANEL), whole = c0 + (c1 - c0) / (NP * PANEL) * NP * PANEL;
-    if (NP == 4) columns_bf16<4>(xp, M, KP, wp, N, bias, yp, c0, whole);
-    if (NP == 2) columns_bf16<2>(xp, M, KP, wp, N, bias, yp, c0, whole);
-    if (NP == 1) columns_bf16<1>(xp, M, KP, wp, N, bias, yp, c0, whole);
-    columns_bf16<1>(xp, M, KP, wp, N, bias, yp, whole, c1);
-  });
+  auto run = [&](auto* yp) {
+    // N is a multiple of 16 but maybe not of 4 panels: the last run of columns takes the leftover
+    // panels one at a time with the same rows
+    at::parallel_for(0, (N + 4 * PANEL - 1) / (4 * PANEL), 1, [&](int64_t begin, int64_t end) {
+      const int64_t c0 = begin * 4 * PANEL, c1 = std::min(N, end * 4 * PANEL), whole = c0 + (c1 - c0) / (NP * PANEL) * NP * PANEL;
+      if (NP == 4) columns_bf16<4>(xp, M, KP, wp, N, bias, yp, c0, whole);
+      if (NP == 2) columns_bf16<2>(xp, M, KP, wp, N, bias, yp, c0, whole);
+      if (NP == 1) columns_bf16<1>(xp, M, KP, wp, N, bias, yp, c0, whole);
+      columns_bf16<1>(xp, M, KP, wp, N, bias, yp, whole, c1);
+    });
+  };
+  if (float_out) {
+    run(y.data_ptr<float>());
+  } else {
+    run(reinterpret_cast<uint16_t*>(y.data_ptr()));
+  }
   return y;
 #else
   TORCH_CHECK(false, "few_rows_mm: bf16 panels need an x86-64 CPU with AVX512-BF16 and a compiler that knows it");
@@ -267,8 +283,9 @@ at::Tensor few_rows_mm_bf16(const at::Tensor& x, const at::Tensor& panels_w, int
 at::Tensor few_rows_mm(const at::Tensor& x, const at::Tensor& panels_w, int64_t N, const std::optional<at::Tensor>& bias) {
   TORCH_CHECK(panels_w.scalar_type() == at::kFloat || panels_w.scalar_type() == at::kBFloat16,
               "few_rows_mm: panels must be float32 or bfloat16, got ", panels_w.scalar_type());
-  TORCH_CHECK(x.scalar_type() == panels_w.scalar_type(), "few_rows_mm: x (", x.scalar_type(),
-              ") and panels (", panels_w.scalar_type(), ") must have one dtype");
+  TORCH_CHECK(x.scalar_type() == panels_w.scalar_type() || (x.scalar_type() == at::kFloat && panels_w.scalar_type() == at::kBFloat16),
+              "few_rows_mm: x (", x.scalar_type(), ") must have the panels' dtype (", panels_w.scalar_type(),
+              "), or be float32 with bf16 panels");
   TORCH_CHECK(x.dim() == 2, "few_rows_mm: x must be [M, K], got ", x.sizes());
   const int64_t K = x.size(1);
   TORCH_CHECK(N > 0 && N % PANEL == 0, "few_rows_mm: N must be a positive multiple of 16, got ", N);
@@ -278,11 +295,11 @@ at::Tensor few_rows_mm(const at::Tensor& x, const at::Tensor& panels_w, int64_t 
   at::Tensor b;
   if (bias.has_value() && bias->defined()) {
     TORCH_CHECK(bias->scalar_type() == x.scalar_type() && bias->numel() == N, "few_rows_mm: bias must be ",
-                x.scalar_type() == at::kFloat ? "float32" : "bfloat16", " [N = ", N, "]");
+                x.scalar_type() == at::kFloat ? "float32" : "bfloat16", " [N = ", N, "] (x's dtype)");
     b = bias->to(at::kFloat).contiguous();  // bf16 outputs add the bias to the float32 sums
     bp = b.data_ptr<float>();
   }
-  if (x.scalar_type() == at::kBFloat16) return few_rows_mm_bf16(x, panels_w, N, bp);
+  if (panels_w.scalar_type() == at::kBFloat16) return few_rows_mm_bf16(x, panels_w, N, bp);
   const at::Tensor rows = x.contiguous();
   const int64_t M = rows.size(0);
   at::Tensor y = at::empty({M, N}, x.options());

@@ -30,12 +30,14 @@ def load_engine_model(config: EngineConfig, device: torch.device, dtype: str) ->
 
 def make_engine_runner(model: QwenForCausalLM, num_blocks: int, config: EngineConfig,
                        device: torch.device, dtype: str, autocast: torch.dtype | None = None,
-                       onednn_linear: bool = False, enforce_eager: bool = True) -> ModelRunner:
+                       onednn_linear: bool = False, enforce_eager: bool = True,
+                       quantization: str | None = None) -> ModelRunner:
     """A `ModelRunner` (compiled unless `enforce_eager`, the resolved `config.enforce_eager`; under
-    `autocast`, oneDNN matmuls when `onednn_linear`, int8 matmuls with `config.quantization`), or a
+    `autocast`, oneDNN matmuls when `onednn_linear`, int8 or bf16 matmuls with `quantization`, the
+    resolved `config.quantization`), or a
     `TensorParallelRunner` (compiled unless `enforce_eager`, no autocast) that starts ranks 1..N-1."""
     size = config.tensor_parallel_size
-    if size == 1 and config.quantization == "int8":
+    if size == 1 and quantization == "int8":
         # the fused modules of the fast path read float weights, so int8 keeps the model's own modules
         runner = ModelRunner(quantize_int8(model), num_blocks, config.kv_block_size, fast_path=False,
                              enforce_eager=enforce_eager)
@@ -44,7 +46,8 @@ def make_engine_runner(model: QwenForCausalLM, num_blocks: int, config: EngineCo
         return runner
     if size == 1:
         return ModelRunner(model, num_blocks, config.kv_block_size, config.fast_path,
-                           enforce_eager=enforce_eager, autocast=autocast, onednn_linear=onednn_linear)
+                           enforce_eager=enforce_eager, autocast=autocast, onednn_linear=onednn_linear,
+                           bf16_weights=quantization == "bf16")
     from .runner import TensorParallelRunner, rank_devices
 
     return TensorParallelRunner(model, num_blocks, config.kv_block_size, config.fast_path,
