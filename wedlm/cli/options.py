@@ -195,8 +195,9 @@ def add_speed_args(parser: argparse.ArgumentParser | argparse._ArgumentGroup, on
                              f"CUDA graphs of decode steps), its graphs cached on disk ($TORCHINDUCTOR_CACHE_DIR, "
                              f"else ~/.cache/wedlm/torch-compile); default: {default}")
     parser.add_argument("--autocast", action=argparse.BooleanOptionalAction, default=None,
-                        help="bf16 autocast of float32 weights; default: automatic (on for a CPU with native "
-                             "bf16 matrix units, AMX / AVX512-BF16, and a model of hidden size >= 512)")
+                        help="bf16 autocast of float32 weights; default: automatic (bf16 for a CPU with native "
+                             "bf16 matrix units, AMX / AVX512-BF16, and a model of hidden size >= 512: bf16 "
+                             "weights with float32 activations where the engine's bf16 kernel runs, else autocast)")
 
 
 def add_sampling_args(parser: argparse.ArgumentParser) -> None:

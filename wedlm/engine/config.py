@@ -179,16 +179,14 @@ def _autocast_choice(requested, device, dtype, flags, hidden_size) -> tuple[torc
     return torch.bfloat16, "auto: CPU has bf16 matrix units"
 
 
-
 def auto_bf16_weights(config: EngineConfig, autocast: torch.dtype | None) -> bool:
     """Whether the automatic bf16 choice (`resolve_precision` picked bf16 autocast with
     `config.autocast` None) runs as bf16 weights with float32 activations instead
     (`quantization="bf16"`, `fast_model.bf16_weight_linear`): on a CPU whose C++ operators multiply
     bf16 panels (AVX512-BF16; loads them, building them once per machine if need be), in one process
-    on the fast path. Both read the same bf16 weights at the same speed (SmolLM2-135M, one Xeon
-    thread: 17.2-18.0 against 17.4 ms a token compiled, 30.7 against 30.3 eager); autocast also
-    rounds every matmul's output and runs attention in bf16, so its greedy answers part from
-    float32's sooner (4 of 8 64-token answers equal transformers' float32 ones, against 7-8 of 8)."""
+    on the fast path. Both read the same bf16 weights at the same speed; autocast also rounds every
+    matmul's output and runs attention in bf16, so its greedy answers part from float32's sooner
+    (docs/engine.md, "bf16 weights on the CPU")."""
     if (autocast is None or config.autocast is not None or config.quantization
             or config.tensor_parallel_size > 1 or not config.fast_path):
         return False

@@ -75,7 +75,7 @@ class Engine:
         check_quantization(config.quantization, device, dtype)
         self.model = load_engine_model(config, device, dtype)
         cfg = self.model.config
-        # tensor-parallel ranks and int8 weights run without autocast; self.precision: what the forward computes in
+        # tensor-parallel ranks and quantized weights run without autocast; self.precision: what the forward computes in
         requested = False if config.tensor_parallel_size > 1 or config.quantization else config.autocast
         autocast, self.precision = resolve_precision(requested, device, dtype, hidden_size=cfg.hidden_size)
         # self.quantization: the resolved option; automatic bf16 on a CPU whose bf16 panels run is
