@@ -267,8 +267,30 @@ def test_q8_0_matrices_round_trip_within_a_block_scale(tmp_path):
     norm = tensors["blk.0.attn_k_norm.weight"]
     assert norm.tensor_type == gguf.GGMLQuantizationType.F32
     np.testing.assert_array_equal(np.asarray(norm.data), weights["model.layers.0.self_attn.k_norm.weight"])
-    with pytest.raises(ValueError, match="weight_type must be one of f32, q8_0, got 'q4'"):
+    with pytest.raises(ValueError, match="weight_type must be one of f32, q8_0, bf16, got 'q4'"):
         write_gguf(MODEL, tmp_path / "x.gguf", "q4")
+
+
+def test_bf16_matrices_are_the_weights_rounded_to_bf16(tmp_path):
+    """bf16: every matrix rounded to bf16 as torch rounds it (llama.cpp's counterpart of the engine's
+    `quantization="bf16"`), vectors float32; `peer_gguf_type` picks it beside bf16 weights."""
+    import torch
+
+    from wedlm.bench.peer import peer_gguf_type
+
+    path = write_gguf(MODEL, tmp_path / "m.gguf", "bf16")
+    reader = gguf.GGUFReader(str(path))
+    assert _field(reader, "general.file_type") == gguf.LlamaFileType.MOSTLY_BF16
+    weights = load_file(str(MODEL / "model.safetensors"))
+    tensors = {t.name: t for t in reader.tensors}
+    bf16 = gguf.GGMLQuantizationType.BF16
+    for gname, hf in [("blk.2.ffn_down.weight", "model.layers.2.mlp.down_proj.weight"),
+                      ("token_embd.weight", "model.embed_tokens.weight")]:
+        assert tensors[gname].tensor_type == bf16
+        got = gguf.quants.dequantize(np.asarray(tensors[gname].data), bf16).reshape(weights[hf].shape)
+        np.testing.assert_array_equal(got, torch.from_numpy(weights[hf]).bfloat16().float().numpy())
+    assert tensors["blk.0.attn_k_norm.weight"].tensor_type == gguf.GGMLQuantizationType.F32
+    assert [peer_gguf_type(q) for q in (None, "int8", "bf16")] == ["f32", "q8_0", "bf16"]
 
 
 def test_q8_0_needs_rows_of_32(tmp_path):

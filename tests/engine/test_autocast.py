@@ -250,3 +250,22 @@ def test_automatic_bf16_is_bf16_weights_where_the_panels_run(ckpt_factory, monke
     fallback = LLM(str(wide), **kw).engine
     assert fallback.runner.autocast == torch.bfloat16 and fallback.quantization is None
     assert fallback.precision == "float32 weights, bf16 autocast (auto: CPU has bf16 matrix units)"
+
+
+def test_automatic_bf16_falls_back_to_autocast_where_the_panels_do_not_fit(ckpt_factory, monkeypatch):
+    """A model whose matmuls cannot take bf16 panels (a vocabulary of 264: lm_head's out_features
+    is not a multiple of 16) runs the automatic bf16 as autocast; asking for bf16 weights is an
+    error that names the cause."""
+    from wedlm.engine.fast_model import bf16_panels_supported, use_native_ops
+
+    monkeypatch.setenv("WEDLM_CPU_BF16", "1")
+    odd = ckpt_factory("wide_odd_vocab", family="qwen3", wedlm=True, tokenizer=True, seed=0, hidden_size=512,
+                       intermediate_size=512, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                       head_dim=64, vocab_size=264)
+    kw = dict(kv_block_size=4, wedlm_window_size=4, device="cpu", num_kv_blocks=32)
+    auto = LLM(str(odd), **kw).engine
+    assert auto.runner.autocast == torch.bfloat16 and auto.quantization is None
+    if use_native_ops() and bf16_panels_supported():
+        with pytest.raises(ValueError, match=r"quantization='bf16' needs out_features that are multiples of 16 "
+                                             r"\(a matmul weight is \(264, 512\)\)"):
+            LLM(str(odd), quantization="bf16", **kw)

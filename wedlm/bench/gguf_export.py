@@ -33,9 +33,10 @@ LAYER_NAMES = {
     "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
 }
-# how `write_gguf` stores the matrices: float32, or llama.cpp's Q8_0 (blocks of 32 weights along a
-# row, int8 with one float16 scale per block); vectors (norm weights, biases) stay float32 either way
-GGUF_WEIGHT_TYPES = ("f32", "q8_0")
+# how `write_gguf` stores the matrices: float32, llama.cpp's Q8_0 (blocks of 32 weights along a
+# row, int8 with one float16 scale per block) or bf16 (rounded to nearest even); vectors (norm
+# weights, biases) stay float32 in every case
+GGUF_WEIGHT_TYPES = ("f32", "q8_0", "bf16")
 Q8_0_BLOCK = 32
 TOP_NAMES = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
              "lm_head.weight": "output.weight"}
@@ -133,7 +134,9 @@ def write_gguf(model_dir: str | Path, out: str | Path, weight_type: str = "f32")
     tensors, 16 MB in float32, 4.3 MB in Q8_0).
 
     Args:
-        weight_type: "f32" (every tensor float32) or "q8_0" (every matrix in Q8_0, vectors float32).
+        weight_type: "f32" (every tensor float32), "q8_0" (every matrix in Q8_0, vectors float32)
+            or "bf16" (every matrix in bf16, vectors float32: llama.cpp's counterpart of the
+            engine's `quantization="bf16"`).
 
     Raises:
         GGUFExportError: an architecture `gguf_arch` refuses, a tokenizer that is not byte-level BPE,
@@ -177,15 +180,16 @@ def write_gguf(model_dir: str | Path, out: str | Path, weight_type: str = "f32")
     theta = config.get("rope_theta") or (config.get("rope_parameters") or {}).get("rope_theta", 10000.0)
     w.add_rope_freq_base(float(theta))
     w.add_layer_norm_rms_eps(float(config["rms_norm_eps"]))
-    w.add_file_type(gguf.LlamaFileType.ALL_F32 if weight_type == "f32" else gguf.LlamaFileType.MOSTLY_Q8_0)
+    w.add_file_type({"f32": gguf.LlamaFileType.ALL_F32, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+                     "bf16": gguf.LlamaFileType.MOSTLY_BF16}[weight_type])
     _tokenizer_fields(w, model_dir, config["vocab_size"])
     for name, gname in names.items():
         data = tensors[name].float().numpy()
         if arch == "llama" and name.endswith(("self_attn.q_proj.weight", "self_attn.k_proj.weight")):
             data = _permute_rows(data, heads if "q_proj" in name else kv_heads)
-        if weight_type == "q8_0" and data.ndim == 2:
-            q8 = gguf.GGMLQuantizationType.Q8_0
-            w.add_tensor(gname, gguf.quants.quantize(data, q8), raw_dtype=q8)
+        if weight_type != "f32" and data.ndim == 2:
+            kind = gguf.GGMLQuantizationType.Q8_0 if weight_type == "q8_0" else gguf.GGMLQuantizationType.BF16
+            w.add_tensor(gname, gguf.quants.quantize(data, kind), raw_dtype=kind)
         else:
             w.add_tensor(gname, data)
     w.write_header_to_file()

@@ -79,7 +79,7 @@ def forward_logits(model: QwenForCausalLM, input_ids: torch.Tensor, positions: t
     if mask_token_id is not None:
         # index_fill_, not `logits[:, id] = -inf`: inductor lowers that assignment to a pass that
         # rewrites every logit (~30 us for 16 x 4096 on one core), index_fill_ to one store a row
-        logits.index_fill_(1, torch.tensor([mask_token_id]), float("-inf"))
+        logits.index_fill_(1, torch.tensor([mask_token_id], device=logits.device), float("-inf"))
     return logits, row_argmax(logits)
 
 
@@ -155,8 +155,12 @@ class CompiledForward:
         # kernels at -O3): SmolLM2-135M's first graphs took 128 s with an empty cache, 87 s of it
         # gcc on one -O3 file holding 30 layers' calls and kernels; 67 s apart (the shipped model's
         # first answer 19.3 against 22.2 s), steps within noise (15.4 against 15.0 ms a token).
-        options = ({"cpp_wrapper": True, "cpp_wrapper_build_separate": True, "size_asserts": False}
-                   if device.type == "cpu" and not collectives else {})
+        options = ({"cpp_wrapper": True, "size_asserts": False} if device.type == "cpu" and not collectives
+                   else {})
+        from torch._inductor import config as inductor_config
+
+        if options and hasattr(inductor_config, "cpp_wrapper_build_separate"):  # older torch has no such option
+            options["cpp_wrapper_build_separate"] = True
         # Dynamo checks a graph's guards before every call; most of them re-check the model's
         # modules (their types, flags, int attributes), which an engine never changes after it
         # is built. They are dropped (`skip_guard_on_all_nn_modules_unsafe`): the batch-1 step

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 import torch
 
 from ..hardware import compile_toolchain, cpu_has_bf16_units, cpu_prefers_onednn_linear
+from ..model import QwenForCausalLM
 from .defaults import check_knob
-from .fast_model import bf16_panels_supported, use_native_ops
+from .fast_model import bf16_panels_refusal, bf16_panels_supported, use_native_ops
 from .quantize import check_quantization
 
 DEFAULT_MAX_MODEL_LEN = 4096
@@ -179,18 +180,19 @@ def _autocast_choice(requested, device, dtype, flags, hidden_size) -> tuple[torc
     return torch.bfloat16, "auto: CPU has bf16 matrix units"
 
 
-def auto_bf16_weights(config: EngineConfig, autocast: torch.dtype | None) -> bool:
+def auto_bf16_weights(config: EngineConfig, autocast: torch.dtype | None, model: QwenForCausalLM) -> bool:
     """Whether the automatic bf16 choice (`resolve_precision` picked bf16 autocast with
     `config.autocast` None) runs as bf16 weights with float32 activations instead
     (`quantization="bf16"`, `fast_model.bf16_weight_linear`): on a CPU whose C++ operators multiply
     bf16 panels (AVX512-BF16; loads them, building them once per machine if need be), in one process
-    on the fast path. Both read the same bf16 weights at the same speed; autocast also rounds every
+    on the fast path, for a model whose matmuls take bf16 panels (`fast_model.bf16_panels_refusal`;
+    autocast otherwise). Both read the same bf16 weights at the same speed; autocast also rounds every
     matmul's output and runs attention in bf16, so its greedy answers part from float32's sooner
     (docs/engine.md, "bf16 weights on the CPU")."""
     if (autocast is None or config.autocast is not None or config.quantization
             or config.tensor_parallel_size > 1 or not config.fast_path):
         return False
-    return use_native_ops() and bf16_panels_supported()
+    return bf16_panels_refusal(model) is None and use_native_ops() and bf16_panels_supported()
 
 
 def resolve_enforce_eager(requested: bool | None, device: torch.device) -> tuple[bool, str]:

@@ -81,7 +81,7 @@ class Engine:
         # self.quantization: the resolved option; automatic bf16 on a CPU whose bf16 panels run is
         # bf16 weights with float32 activations, not autocast (`auto_bf16_weights`)
         self.quantization = config.quantization
-        if auto_bf16_weights(config, autocast):
+        if auto_bf16_weights(config, autocast, self.model):
             autocast, self.quantization = None, "bf16"
         # self.matmuls: which kernel runs the float32 matmuls, and why
         onednn_linear, self.matmuls = resolve_cpu_linear(device, dtype, autocast, config.tensor_parallel_size)

@@ -608,36 +608,57 @@ def use_panel_weights(model: QwenForCausalLM, max_bytes: int = PANELS_MAX_BYTES,
 
     With `bf16`, the panels of a float32 model (not precast) hold its weights rounded to bf16, and
     every matmul runs `bf16_weight_linear` on them (bf16 weights, float32 activations); False
-    where the CPU has no AVX512-BF16 (`bf16_panels_supported`)."""
+    where the CPU has no AVX512-BF16 (`bf16_panels_supported`) or `bf16_panels_refusal` refuses
+    the model. Each weight is rounded as it is packed (no bf16 copy of the whole model first)."""
     if _native_linear is None or model.dtype != torch.float32 or model.device.type != "cpu":
         return False
     targets = _matmuls(model)
     if bf16:
-        if any(w.dtype != torch.float32 for _, w in targets):
+        if bf16_panels_refusal(model, max_bytes) is not None:
             return False
-        targets = [(module, w.detach().to(torch.bfloat16)) for module, w in targets]
-    dtype = targets[0][1].dtype if targets else None
+        dtype = torch.bfloat16
+    else:
+        dtype = targets[0][1].dtype if targets else None
+        if (dtype not in (torch.float32, torch.bfloat16)
+                or any(w.dtype != dtype or w.shape[0] % PANEL_COLUMNS for _, w in targets)
+                or sum(w.numel() * w.element_size() for _, w in targets) > max_bytes):
+            return False
     if dtype == torch.bfloat16:
         if not bf16_panels_supported() or any(w.shape[1] % 2 for _, w in targets):
             return False
         global _bf16_few_rows_max
         _bf16_few_rows_max = BF16_AMX_FEW_ROWS_MAX if "amx_bf16" in cpu_flags() else FEW_ROWS_MAX
-    if (dtype not in (torch.float32, torch.bfloat16)
-            or any(w.dtype != dtype or w.shape[0] % PANEL_COLUMNS for _, w in targets)
-            or sum(w.numel() * w.element_size() for _, w in targets) > max_bytes):
-        return False
     # every panel copy in one block of memory on 2 MB pages where the kernel gives them: a step
     # streams all of them, and with 4 KB pages each 4 KB of weights costs a TLB miss
     block = huge_page_tensor(sum(w.numel() for _, w in targets), dtype)
     start = 0
     for module, weight in targets:
         panels = block[start:start + weight.numel()]
-        panels.copy_(pack_panels(weight))
+        panels.copy_(pack_panels(weight.detach().to(dtype)))
         module.weight_panels, module.weight_t = panels, None
         if type(module) is nn.Linear:  # a plain linear never reads weight_panels
             module.__class__ = TransposedGemvLinear
         start += weight.numel()
     return True
+
+
+def bf16_panels_refusal(model: QwenForCausalLM, max_bytes: int = PANELS_MAX_BYTES) -> str | None:
+    """Why `use_panel_weights(model, bf16=True)` cannot give this float32 model's matmuls bf16
+    panels, as a phrase for an error message, or None where it can (the CPU aside:
+    `bf16_panels_supported`). Works on a model before and after `optimize_for_inference` (its
+    separate projections, or the fused ones: the fused out_features are sums of the parts')."""
+    targets = _matmuls(model)
+    for _, w in targets:
+        if w.dtype != torch.float32:
+            return f"float32 weights (a matmul weight is {w.dtype})"
+        if w.shape[0] % PANEL_COLUMNS:
+            return f"out_features that are multiples of {PANEL_COLUMNS} (a matmul weight is {tuple(w.shape)})"
+        if w.shape[1] % 2:
+            return f"even in_features (a matmul weight is {tuple(w.shape)})"
+    total = 2 * sum(w.numel() for _, w in targets)
+    if total > max_bytes:
+        return f"at most {max_bytes / 2**30:g} GiB of matmul weights in bf16 (this model has {total / 2**30:.2f})"
+    return None
 
 
 def bf16_panels_supported() -> bool:

@@ -48,11 +48,13 @@ class LLM:
             graphs are cached on disk (`$TORCHINDUCTOR_CACHE_DIR`, else
             ~/.cache/wedlm/torch-compile), so a later process loads them instead. True runs
             eagerly (the reference path), False forces compiling; tokens are the same either way.
-        autocast: bf16 autocast of float32 weights: None = automatic (on for a CPU with native
-            bf16 matrix units and hidden size >= 512, off otherwise; `engine.precision` says which ran), True / False
-            force it on / off.
-        quantization: None (float weights) or "int8": int8 activations (per row) x int8 weights (per channel)
-            for every matmul on the CPU (`wedlm.engine.quantize`; float32 weights, one process).
+        autocast: bf16 autocast of float32 weights: None = automatic (bf16 for a CPU with native
+            bf16 matrix units and hidden size >= 512: bf16 weights with float32 activations where the
+            engine's bf16 kernel runs, else autocast; off otherwise; `engine.precision` says which
+            ran), True / False force autocast on / off.
+        quantization: None (float weights), "int8": int8 activations (per row) x int8 weights (per
+            channel) for every matmul (`wedlm.engine.quantize`), or "bf16": bf16 weights with float32
+            activations (a CPU with AVX512-BF16); both on the CPU, float32 weights, one process.
         verified_token_budget: rows one forward spends on `verified` windows before each
             request's window shrinks (`decoders.verified.window_for_load`); None = the default, 128.
 

@@ -27,6 +27,7 @@ from ..model import KVCache, Padding, PagedAttention, QwenForCausalLM, SequenceS
 from .buckets import StepShape
 from .compiled import CompiledForward, forward_logits
 from .fast_model import (
+    bf16_panels_refusal,
     optimize_for_inference,
     plain_weights,
     precast_for_autocast,
@@ -120,7 +121,7 @@ class ModelRunner:
         if fast_path and onednn_linear and autocast is None:
             use_onednn_linear(self.model)
         # one-row float32 matmuls on transposed weight copies (CPU, one process, no autocast)
-        self.transposed_gemv = (fast_path and autocast is None and not sharded
+        self.transposed_gemv = (fast_path and autocast is None and not sharded and not bf16_weights
                                 and use_transposed_gemv(self.model))
         one_cpu_process = model.device.type == "cpu" and not sharded
         # the compiled graph's float32 matmuls and attention by the engine's C++ operators (`native.py`)
@@ -134,8 +135,10 @@ class ModelRunner:
         self.panel_weights = ((self.native_ops or eager_bf16_panels) and fast_path
                               and use_panel_weights(self.model, bf16=bf16_weights))
         if bf16_weights and not self.panel_weights:
-            raise ValueError("quantization='bf16' needs a CPU with AVX512-BF16, the engine's C++ operators "
-                             "(a C++ compiler), float32 weights in one process and fast_path")
+            refusal = bf16_panels_refusal(self.model)
+            raise ValueError(f"quantization='bf16' needs {refusal}" if refusal else
+                             "quantization='bf16' needs a CPU with AVX512-BF16, the engine's C++ operators "
+                             "(a C++ compiler), one process and fast_path")
         # the causal mask as prefix lengths, which the C++ window attention reads (float32 graphs)
         self.key_ends = self.native_ops and autocast is None and model.dtype == torch.float32
         self.device = model.device
