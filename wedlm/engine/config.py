@@ -187,7 +187,7 @@ def auto_bf16_weights(config: EngineConfig, autocast: torch.dtype | None, model:
     bf16 panels (AVX512-BF16; loads them, building them once per machine if need be), in one process
     on the fast path, for a model whose matmuls take bf16 panels (`fast_model.bf16_panels_refusal`;
     autocast otherwise). Both read the same bf16 weights at the same speed; autocast also rounds every
-    matmul's output and runs attention in bf16, so its greedy answers part from float32's sooner
+    matmul's output to bf16, so its greedy answers part from float32's sooner
     (docs/engine.md, "bf16 weights on the CPU")."""
     if (autocast is None or config.autocast is not None or config.quantization
             or config.tensor_parallel_size > 1 or not config.fast_path):

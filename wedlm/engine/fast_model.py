@@ -305,8 +305,9 @@ def _matmul(module: nn.Module, x: torch.Tensor, weight: torch.Tensor, bias: torc
     once `use_transposed_gemv` made it, or `onednn_linear` (with the module's prepacked weight,
     `packed_key`) once `use_onednn_linear` set the module's `onednn`; both with the module's
     column panels (`weight_panels`) once `use_panel_weights` made them, which a module without
-    oneDNN runs through `panel_linear`; bf16 panels (a `precast_for_autocast`ed model) go to
-    `bf16_panel_linear`."""
+    oneDNN runs through `panel_linear`; bf16 panels go to `bf16_panel_linear` (a
+    `precast_for_autocast`ed model, whose weights are bf16) or `bf16_weight_linear` (float32
+    weights: `use_panel_weights(..., bf16=True)`)."""
     if module.weight_panels is not None and module.weight_panels.dtype == torch.bfloat16:
         if weight.dtype == torch.bfloat16:  # a `precast_for_autocast`ed model under autocast
             return bf16_panel_linear(x, weight, bias, module.weight_panels)
@@ -359,7 +360,6 @@ def bf16_panel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     """
     return _native_linear(x.to(torch.bfloat16), weight, bias, panels, 0, PACKED_MIN_MACS, _NO_ONEDNN_ROWS,
                           _bf16_few_rows_max)
-
 
 
 def bf16_weight_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -613,18 +613,12 @@ def use_panel_weights(model: QwenForCausalLM, max_bytes: int = PANELS_MAX_BYTES,
     if _native_linear is None or model.dtype != torch.float32 or model.device.type != "cpu":
         return False
     targets = _matmuls(model)
-    if bf16:
-        if bf16_panels_refusal(model, max_bytes) is not None:
-            return False
-        dtype = torch.bfloat16
-    else:
-        dtype = targets[0][1].dtype if targets else None
-        if (dtype not in (torch.float32, torch.bfloat16)
-                or any(w.dtype != dtype or w.shape[0] % PANEL_COLUMNS for _, w in targets)
-                or sum(w.numel() * w.element_size() for _, w in targets) > max_bytes):
-            return False
+    dtype = torch.bfloat16 if bf16 else targets[0][1].dtype if targets else None
+    if (dtype not in (torch.float32, torch.bfloat16)
+            or _panels_refusal(targets, dtype, torch.float32 if bf16 else dtype, max_bytes) is not None):
+        return False
     if dtype == torch.bfloat16:
-        if not bf16_panels_supported() or any(w.shape[1] % 2 for _, w in targets):
+        if not bf16_panels_supported():
             return False
         global _bf16_few_rows_max
         _bf16_few_rows_max = BF16_AMX_FEW_ROWS_MAX if "amx_bf16" in cpu_flags() else FEW_ROWS_MAX
@@ -647,17 +641,26 @@ def bf16_panels_refusal(model: QwenForCausalLM, max_bytes: int = PANELS_MAX_BYTE
     panels, as a phrase for an error message, or None where it can (the CPU aside:
     `bf16_panels_supported`). Works on a model before and after `optimize_for_inference` (its
     separate projections, or the fused ones: the fused out_features are sums of the parts')."""
-    targets = _matmuls(model)
+    return _panels_refusal(_matmuls(model), torch.bfloat16, torch.float32, max_bytes)
+
+
+def _panels_refusal(targets: list[tuple[nn.Module, torch.Tensor]], dtype: torch.dtype, source: torch.dtype,
+                    max_bytes: int) -> str | None:
+    """Why the weights of `targets` (`_matmuls`), all of dtype `source`, cannot be packed into
+    `dtype` panels (out_features a multiple of 16, an even in_features for bf16's column pairs, at
+    most `max_bytes` of panels), as a phrase for an error message; None where they can."""
+    name = {torch.float32: "float32", torch.bfloat16: "bf16"}
     for _, w in targets:
-        if w.dtype != torch.float32:
-            return f"float32 weights (a matmul weight is {w.dtype})"
+        if w.dtype != source:
+            return f"{name.get(source, source)} weights (a matmul weight is {w.dtype})"
         if w.shape[0] % PANEL_COLUMNS:
             return f"out_features that are multiples of {PANEL_COLUMNS} (a matmul weight is {tuple(w.shape)})"
-        if w.shape[1] % 2:
+        if dtype == torch.bfloat16 and w.shape[1] % 2:
             return f"even in_features (a matmul weight is {tuple(w.shape)})"
-    total = 2 * sum(w.numel() for _, w in targets)
+    total = dtype.itemsize * sum(w.numel() for _, w in targets)
     if total > max_bytes:
-        return f"at most {max_bytes / 2**30:g} GiB of matmul weights in bf16 (this model has {total / 2**30:.2f})"
+        return (f"at most {max_bytes / 2**30:g} GiB of matmul weights in {name.get(dtype, dtype)} "
+                f"(this model has {total / 2**30:.2f})")
     return None
 
 

@@ -126,9 +126,9 @@ class ModelRunner:
         one_cpu_process = model.device.type == "cpu" and not sharded
         # the compiled graph's float32 matmuls and attention by the engine's C++ operators (`native.py`)
         self.native_ops = not enforce_eager and one_cpu_process and use_native_ops()
-        # bf16-autocast matmuls run on bf16 panels eagerly too (`bf16_panel_linear`): oneDNN's
-        # few-row bf16 products were the slowest part of an eager bf16 step (SmolLM2-135M, one Xeon
-        # thread: 50 ms a token against 27 on the panels); float32 eager stays BLAS, the reference
+        # bf16 matmuls (autocast's or bf16 weights') run on bf16 panels eagerly too: oneDNN's few-row
+        # bf16 products were the slowest part of an eager bf16 step (SmolLM2-135M, one Xeon thread:
+        # 50 ms a token against 27 on the panels); float32 eager stays BLAS, the reference
         eager_bf16_panels = (enforce_eager and one_cpu_process and fast_path
                              and (autocast == torch.bfloat16 or bf16_weights) and use_native_ops())
         # their few-row matmuls on column-panel copies of the weights (`few_rows_mm`)

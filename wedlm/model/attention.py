@@ -98,7 +98,6 @@ class KVCache:
         return sum(t.numel() * t.element_size() for t in self.k + self.v)
 
 
-
 def _zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
     """One layer's K or V cache, zero-filled. On a CPU the pages are committed as blocks are first
     written (`zeroed_cpu_tensor`): the default budget sizes a cache for max_num_seqs full-length
