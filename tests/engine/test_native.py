@@ -224,6 +224,38 @@ def test_few_rows_mm_on_bf16_panels_keeps_float32_rows_float32(bf16_op, rows, n,
     assert torch.equal(torch.ops.wedlm_cpu.few_rows_mm(x, panels, n, None).bfloat16(), rounded)
 
 
+@pytest.mark.parametrize("rows", [1, 7, 17])
+@pytest.mark.parametrize("k", [2, 70])
+def test_float32_rows_are_rounded_as_torch_rounds_them(bf16_op, rows, k):
+    """float32 rows on bf16 panels are rounded to bf16 exactly as torch rounds them: through
+    identity panels each output is one rounded input, for ties (to even), values that round up a
+    binade and zeros (subnormals read as zero by the product); with infinities, NaN and a value
+    that rounds to inf, the outputs are those of rows rounded by torch first. Row counts that
+    split into blocks."""
+    gen = torch.Generator().manual_seed(rows * 31 + k)
+    finite = torch.tensor([1.0, 1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, 1.0 + 2 ** -8 + 2 ** -20, -(2.0 - 2 ** -9),
+                           1e-39, -1e-40, 1e-45, 0.0, -0.0])
+    special = torch.tensor([3.3961e38, float("inf"), -float("inf"), float("nan")])
+
+    def with_values(values: torch.Tensor) -> torch.Tensor:
+        x = torch.randn(rows, k, generator=gen)
+        picks = torch.randperm(x.numel(), generator=gen)[:min(x.numel(), 3 * values.numel())]
+        x.view(-1)[picks] = values.repeat(3)[:picks.numel()]
+        return x
+
+    x = with_values(finite)
+    n = -(-k // 16) * 16
+    got = torch.ops.wedlm_cpu.few_rows_mm(x, pack_panels(torch.eye(n, k).bfloat16()), n, None)
+    want = x.bfloat16().float()
+    want[want.abs() < torch.finfo(torch.float32).tiny] = 0.0  # `vdpbf16ps` reads subnormals as zero
+    assert got.dtype == torch.float32 and torch.equal(got[:, :k], want)
+    x = with_values(torch.cat([finite, special]))
+    panels = pack_panels(torch.randn(48, k, generator=gen).bfloat16())
+    got = torch.ops.wedlm_cpu.few_rows_mm(x, panels, 48, None)
+    want = torch.ops.wedlm_cpu.few_rows_mm(x.bfloat16(), panels, 48, None)
+    torch.testing.assert_close(got.bfloat16(), want, rtol=0, atol=0, equal_nan=True)
+
+
 def test_bf16_weights_run_every_row_count_on_the_panels(bf16_op):
     """`bf16_weight_linear`: every row count through `few_rows_mm` on the bf16 panels (the same
     bf16 weights for a prefill as for a decode step), float32 in and out, bias included."""
