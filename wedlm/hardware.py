@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import sys
 from pathlib import Path
 
 BF16_FLAGS = ("amx_bf16", "avx512_bf16")
@@ -162,25 +163,46 @@ def compile_toolchain(device_type: str) -> tuple[bool, str]:
         return False, f"no C++ compiler for inductor ({type(err).__name__})"
 
 
-# shared libraries of the allocators that replace glibc's malloc when preloaded, by name
+# allocators that replace glibc's malloc when preloaded, by the start of their library's file name
 ALLOCATORS = (("libtcmalloc", "tcmalloc"), ("libjemalloc", "jemalloc"), ("libmimalloc", "mimalloc"))
 
 
-def process_allocator(maps: str | None = None) -> str:
-    """The malloc this process runs: "tcmalloc", "jemalloc" or "mimalloc" where such a library is
-    mapped (preloaded: `LD_PRELOAD`), else "glibc" on Linux, "system" elsewhere. `maps`: the text of
-    /proc/self/maps (default: this process's).
+def process_allocator(library: str | None = None) -> str:
+    """The malloc this process calls: "tcmalloc", "jemalloc" or "mimalloc" where `malloc` resolves to
+    such a library (preloaded with `LD_PRELOAD`; one loaded later by dlopen does not replace it),
+    else "glibc" on Linux, "system" elsewhere. `library`: the path of the shared object that
+    defines `malloc` (default: this process's, from the dynamic linker's `dladdr`).
 
     Why it matters: a compiled CPU step makes a few hundred small allocations in cold caches, and
-    TCMalloc preloaded took the shipped model's batch-1 `wedlm` step from 1,460 to 1,337 us on a
-    Xeon core (docs/engine.md, "The memory allocator"); the engine's start log names it.
+    a preloaded TCMalloc runs the shipped model's batch-1 `wedlm` step faster (docs/engine.md,
+    "The memory allocator"); the engine's start log and the benchmark reports name it.
     """
-    if maps is None:
-        try:
-            maps = Path("/proc/self/maps").read_text()
-        except OSError:
-            return "system"
-    for library, name in ALLOCATORS:
-        if library in maps:
-            return name
-    return "glibc"
+    if library is None:
+        library = _malloc_library()
+        if library is None:
+            return "glibc" if sys.platform.startswith("linux") else "system"
+    name = os.path.basename(library)
+    for prefix, allocator in ALLOCATORS:
+        if name.startswith(prefix):
+            return allocator
+    return "glibc" if sys.platform.startswith("linux") else "system"
+
+
+def _malloc_library() -> str | None:
+    """The file of the shared object `malloc` resolves to in this process, or None where the
+    dynamic linker cannot say (no `dladdr`, a static build)."""
+    import ctypes
+
+    class DlInfo(ctypes.Structure):
+        _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                    ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+    try:
+        process = ctypes.CDLL(None)
+        dladdr = getattr(process, "dladdr", None) or ctypes.CDLL("libdl.so.2").dladdr
+        info = DlInfo()
+        if not dladdr(ctypes.cast(process.malloc, ctypes.c_void_p), ctypes.byref(info)) or not info.dli_fname:
+            return None
+        return os.fsdecode(info.dli_fname)
+    except (OSError, AttributeError):
+        return None

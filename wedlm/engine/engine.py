@@ -122,7 +122,7 @@ class Engine:
                  "eager" if self.enforce_eager else "compiled", self.enforce_eager, why_eager)
         if device.type == "cpu" and process_allocator() == "glibc":
             log.info("engine: glibc's malloc; TCMalloc preloaded (LD_PRELOAD=libtcmalloc_minimal.so.4) runs a "
-                     "CPU step up to ~10% faster (docs/engine.md, \"The memory allocator\")")
+                     "CPU step ~8% faster (docs/engine.md, \"The memory allocator\")")
         self.runner.mask_token_id = self.mask_token_id  # the one [MASK] id, banned from every output
         self.block_manager = BlockManager(num_blocks, config.kv_block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, self.max_num_batched_tokens)
