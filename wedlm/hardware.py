@@ -177,20 +177,18 @@ def process_allocator(library: str | None = None) -> str:
     a preloaded TCMalloc runs the shipped model's batch-1 `wedlm` step faster (docs/engine.md,
     "The memory allocator"); the engine's start log and the benchmark reports name it.
     """
-    if library is None:
-        library = _malloc_library()
-        if library is None:
-            return "glibc" if sys.platform.startswith("linux") else "system"
-    name = os.path.basename(library)
+    name = os.path.basename((_malloc_library() if library is None else library) or "")
     for prefix, allocator in ALLOCATORS:
         if name.startswith(prefix):
             return allocator
     return "glibc" if sys.platform.startswith("linux") else "system"
 
 
+@functools.lru_cache(maxsize=1)
 def _malloc_library() -> str | None:
     """The file of the shared object `malloc` resolves to in this process, or None where the
-    dynamic linker cannot say (no `dladdr`, a static build)."""
+    dynamic linker cannot say (no `dladdr`, a static build). Asked once: a process keeps the
+    malloc it started with."""
     import ctypes
 
     class DlInfo(ctypes.Structure):
