@@ -113,6 +113,19 @@ def test_guards_read_the_call_not_the_modules(compiled_llm):
         assert "G['" not in guards and "kv_cache" not in guards and "_modules" not in guards
 
 
+def test_matmul_weights_are_no_graph_inputs(compiled_llm):
+    """With column panels every matmul is bound to a key (`fast_model.bind_linears`): the graphs
+    take no weight, bias or panels of a matmul as inputs, only the norms', the embedding's and
+    the step's tensors."""
+    runner = compiled_llm.engine.runner
+    generate(compiled_llm, 4)
+    assert runner.panel_weights and runner.compiled._direct
+    for direct in runner.compiled._direct:
+        names = [arg.source.name for arg in direct.graph.graph_args]
+        assert any("embed_tokens" in n for n in names) and any("layernorm" in n for n in names)
+        assert not any(part in n for n in names for part in ("panels", "qkv_", "gate_up", "proj", "lm_head"))
+
+
 def test_direct_call_reads_plain_sources_only():
     """`_DirectCall.of` rebuilds a graph's inputs from their dynamo sources: the model's and the KV
     cache's once, the step's at each call; any other kind of source keeps dynamo."""

@@ -341,6 +341,83 @@ def test_panel_weights_share_one_block_of_memory(tiny_path):
         offset += weight.numel()
 
 
+@pytest.mark.parametrize("rows", [1, 5, FEW_ROWS_MAX, FEW_ROWS_MAX + 1, 300])
+def test_a_bound_matmul_is_the_matmul_with_its_arguments(cpp_op, rows):
+    """`bound_linear(x, key, n)` runs `linear` on what `bind_linear` bound to the key: bit for bit
+    its output on every path (panels, prepacked oneDNN, BLAS), with and without bias."""
+    gen = torch.Generator().manual_seed(rows)
+    w, b = torch.randn(160, 96, generator=gen), torch.randn(160, generator=gen)
+    packed, packed_key = pack_weight(w)
+    panels = pack_panels(w)
+    x = torch.randn(rows, 96, generator=gen)
+    for key, bias in ((7001, b), (7002, None)):
+        torch.ops.wedlm_cpu.bind_linear(key, w, bias, panels, packed_key, PACKED_MIN_MACS, ONEDNN_MIN_ROWS,
+                                        FEW_ROWS_MAX)
+        want = _rule(cpp_op, x, w, bias, packed_key, panels)
+        assert torch.equal(torch.ops.wedlm_cpu.bound_linear(x, key, 160), want)
+        assert torch.equal(torch.ops.wedlm_cpu.bound_linear(x.view(1, rows, 96), key, 160), want.view(1, rows, 160))
+        torch.ops.wedlm_cpu.unbind_linear(key)
+    del packed
+
+
+def test_a_bound_matmul_refuses_other_keys_and_shapes(cpp_op):
+    """An unbound key, or a call whose sizes are not the bound weight's (a graph cached by another
+    process names keys and sizes only), is an error naming the key, not a wrong matmul."""
+    w = torch.randn(32, 16)
+    torch.ops.wedlm_cpu.bind_linear(7003, w, None, pack_panels(w), 0, PACKED_MIN_MACS, ONEDNN_MIN_ROWS, FEW_ROWS_MAX)
+    with pytest.raises(RuntimeError, match=r"key 7003 holds a \[32, 16\] weight, the call asks for \[48, 16\]"):
+        torch.ops.wedlm_cpu.bound_linear(torch.randn(4, 16), 7003, 48)
+    with pytest.raises(RuntimeError, match=r"\[32, 16\] weight, the call asks for \[32, 8\]"):
+        torch.ops.wedlm_cpu.bound_linear(torch.randn(4, 8), 7003, 32)
+    torch.ops.wedlm_cpu.unbind_linear(7003)
+    with pytest.raises(RuntimeError, match="no matmul is bound to key 7003"):
+        torch.ops.wedlm_cpu.bound_linear(torch.randn(4, 16), 7003, 32)
+
+
+def test_a_models_matmuls_are_bound_until_it_is_collected(tiny_path):
+    """`use_panel_weights` binds every float32 matmul to a key of the model's slot, with
+    `_matmul`'s rule (oneDNN's for a `use_onednn_linear`d model); a collected model frees its
+    keys and slot, which the next model takes again (so its graphs name the same keys)."""
+    from wedlm.engine.fast_model import (
+        SLOT_KEYS,
+        FusedSwiGLU,
+        _matmuls,
+        optimize_for_inference,
+        use_onednn_linear,
+        use_panel_weights,
+    )
+    from wedlm.model import load_model
+
+    def prepared(onednn: bool):
+        model = optimize_for_inference(load_model(str(tiny_path)))
+        if onednn:
+            use_onednn_linear(model)
+        assert use_native_ops() and use_panel_weights(model)
+        return model
+
+    first = prepared(onednn=True)
+    matmuls = [module for module, _ in _matmuls(first)]
+    slot = first.linear_slot
+    assert [m.linear_key for m in matmuls] == [slot * SLOT_KEYS + i + 1 for i in range(len(matmuls))]
+    for module, weight in _matmuls(first):
+        bias = None if isinstance(module, FusedSwiGLU) else getattr(module, "qkv_bias", getattr(module, "bias", None))
+        x = torch.randn(16, weight.shape[1])
+        want = _rule(torch.ops.wedlm_cpu.linear.default, x, weight, bias, module.packed_key, module.weight_panels)
+        assert module.linear_n == weight.shape[0] and module.packed_key
+        assert torch.equal(torch.ops.wedlm_cpu.bound_linear(x, module.linear_key, module.linear_n), want)
+    second = prepared(onednn=False)
+    assert second.linear_slot != slot
+    key = matmuls[0].linear_key
+    del first, matmuls, module
+    gc.collect()
+    with pytest.raises(RuntimeError, match=f"no matmul is bound to key {key}"):
+        torch.ops.wedlm_cpu.bound_linear(torch.randn(2, 8), key, 16)
+    third = prepared(onednn=False)
+    assert third.linear_slot == slot
+    del second, third
+    gc.collect()
+
+
 def test_a_key_does_not_keep_its_packed_weight_alive(cpp_op):
     """The C++ table holds weak references, like `fast_model._PACKED`: once the owner drops the
     packed tensor it is freed, and the key falls back to the unpacked rule."""

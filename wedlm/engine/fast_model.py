@@ -37,6 +37,7 @@ model, same greedy tokens; docs/engine.md, "One-row matmuls on transposed weight
 from __future__ import annotations
 
 import itertools
+import threading
 import weakref
 
 import torch
@@ -112,6 +113,12 @@ _native_linear = None
 _bf16_few_rows_max = FEW_ROWS_MAX
 # whether the loaded C++ operators multiply bf16 panels (`bf16_panels_supported`), once asked
 _bf16_kernel: bool | None = None
+# Bound matmuls (`bind_linears`): model slot s binds keys s * SLOT_KEYS + 1, s * SLOT_KEYS + 2, ...
+# A model takes the smallest free slot, so the first live model of a process binds the same keys
+# in every process, and its graphs, which name the keys, load from the compile cache.
+SLOT_KEYS = 1 << 16
+_slots: set[int] = set()
+_slots_lock = threading.Lock()
 
 
 def pack_weight(weight: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -307,7 +314,11 @@ def _matmul(module: nn.Module, x: torch.Tensor, weight: torch.Tensor, bias: torc
     column panels (`weight_panels`) once `use_panel_weights` made them, which a module without
     oneDNN runs through `panel_linear`; bf16 panels go to `bf16_panel_linear` (a
     `precast_for_autocast`ed model, whose weights are bf16) or `bf16_weight_linear` (float32
-    weights: `use_panel_weights(..., bf16=True)`)."""
+    weights: `use_panel_weights(..., bf16=True)`). Inside a compiled graph, a module with float32
+    panels calls its bound matmul (`bind_linears`): the same operator on the same arguments, none
+    of them a graph input."""
+    if module.linear_key and x.dtype == torch.float32 and torch.compiler.is_compiling():
+        return torch.ops.wedlm_cpu.bound_linear(x, module.linear_key, module.linear_n)
     if module.weight_panels is not None and module.weight_panels.dtype == torch.bfloat16:
         if weight.dtype == torch.bfloat16:  # a `precast_for_autocast`ed model under autocast
             return bf16_panel_linear(x, weight, bias, module.weight_panels)
@@ -388,6 +399,7 @@ class OneDNNLinear(nn.Linear):
     packed_key = 0
     weight_t = None
     weight_panels = None
+    linear_key = linear_n = 0  # `bind_linears`
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return _matmul(self, x, self.weight, self.bias)
@@ -402,6 +414,7 @@ class TransposedGemvLinear(nn.Linear):
     packed_key = 0
     weight_t = None
     weight_panels = None
+    linear_key = linear_n = 0  # `bind_linears`
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return _matmul(self, x, self.weight, self.bias)
@@ -429,6 +442,7 @@ class FusedQKVAttention(Attention):
     packed_key = 0
     weight_t = None
     weight_panels = None
+    linear_key = linear_n = 0  # `bind_linears`
 
     def fuse(self) -> None:
         weights = [self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]
@@ -464,6 +478,7 @@ class FusedSwiGLU(SwiGLU):
     packed_key = 0
     weight_t = None
     weight_panels = None
+    linear_key = linear_n = 0  # `bind_linears`
 
     def fuse(self) -> None:
         weights = [self.gate_proj.weight, self.up_proj.weight]
@@ -542,6 +557,8 @@ def use_onednn_linear(model: QwenForCausalLM, prepack: bool = True) -> QwenForCa
             module.__class__ = OneDNNLinear
         if prepack:
             module.packed_weight, module.packed_key = pack_weight(weight)
+    if getattr(model, "linear_slot", None) is not None:  # panels bound before: bind the oneDNN rule
+        bind_linears(model)
     return model
 
 
@@ -633,7 +650,58 @@ def use_panel_weights(model: QwenForCausalLM, max_bytes: int = PANELS_MAX_BYTES,
         if type(module) is nn.Linear:  # a plain linear never reads weight_panels
             module.__class__ = TransposedGemvLinear
         start += weight.numel()
+    if dtype == torch.float32:
+        bind_linears(model)
     return True
+
+
+def bind_linears(model: QwenForCausalLM) -> int:
+    """Bind every matmul of `model` that has float32 column panels (`use_panel_weights`) to a key
+    (`torch.ops.wedlm_cpu.bind_linear`): its weight, bias, panels and `_matmul`'s rule (oneDNN's
+    prepacked key and thresholds where `use_onednn_linear` routed it, else `panel_linear`'s).
+    Compiled graphs traced from now on call `wedlm_cpu::bound_linear(x, module.linear_key,
+    module.linear_n)` instead of `wedlm_cpu::linear` with those tensors: the same operator on the
+    same arguments, but none of them a graph input: inductor's C++ wrapper makes, converts and
+    frees a handle for every input on every call (docs/engine.md, "The engine's C++ operators").
+
+    The model takes the smallest free slot of keys (`SLOT_KEYS` a model); a second call rebinds
+    the same keys. The keys are unbound, and the slot freed, when the model is garbage collected;
+    until then the bound tensors stay alive with it.
+
+    Returns:
+        The number of matmuls bound (0 without the C++ operators or float32 panels).
+    """
+    targets = [m for m, w in _matmuls(model) if w.dtype == torch.float32 and m.weight_panels is not None
+               and m.weight_panels.dtype == torch.float32]
+    if _native_linear is None or not targets:
+        return 0
+    slot = getattr(model, "linear_slot", None)
+    if slot is None:
+        with _slots_lock:
+            slot = next(i for i in itertools.count() if i not in _slots)
+            _slots.add(slot)
+        model.linear_slot = slot
+        weakref.finalize(model, _unbind_slot, slot, len(targets)).atexit = False
+    for i, module in enumerate(targets):
+        key = slot * SLOT_KEYS + i + 1
+        weight = module.qkv_weight if isinstance(module, FusedQKVAttention) else (
+            module.gate_up_weight if isinstance(module, FusedSwiGLU) else module.weight)
+        bias = module.qkv_bias if isinstance(module, FusedQKVAttention) else getattr(module, "bias", None)
+        if isinstance(module, FusedSwiGLU):
+            bias = None
+        rule = ((module.packed_key, PACKED_MIN_MACS, ONEDNN_MIN_ROWS) if module.onednn
+                else (0, PACKED_MIN_MACS, _NO_ONEDNN_ROWS))
+        torch.ops.wedlm_cpu.bind_linear(key, weight.detach(), None if bias is None else bias.detach(),
+                                        module.weight_panels, *rule, FEW_ROWS_MAX)
+        module.linear_key, module.linear_n = key, weight.shape[0]
+    return len(targets)
+
+
+def _unbind_slot(slot: int, count: int) -> None:
+    for i in range(count):
+        torch.ops.wedlm_cpu.unbind_linear(slot * SLOT_KEYS + i + 1)
+    with _slots_lock:
+        _slots.discard(slot)
 
 
 def bf16_panels_refusal(model: QwenForCausalLM, max_bytes: int = PANELS_MAX_BYTES) -> str | None:

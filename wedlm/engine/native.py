@@ -13,7 +13,9 @@ operators (`fast_model.use_native_ops`):
   `fast_model.panel_linear`) and the bf16 one on bf16 panels (`fast_model.bf16_panel_linear`):
   `few_rows_mm` up to `fast_model.FEW_ROWS_MAX` rows, else oneDNN on
   a prepacked weight where the CPU takes oneDNN, else BLAS, with
-  `torch.ops.wedlm_cpu.remember` for the prepacked weights' keys. The
+  `torch.ops.wedlm_cpu.remember` for the prepacked weights' keys. Compiled graphs call it as
+  `torch.ops.wedlm_cpu.bound_linear(x, key, n)`, the weight, bias, panels and thresholds bound to
+  the key once (`bind_linear`, `fast_model.bind_linears`), so that they are no graph inputs. The
   oneDNN operator written in Python costs one call into the interpreter per matmul (a batch-1
   `wedlm` step of the shipped model took ~1.14x the time with it).
 * `torch.ops.wedlm_cpu.few_rows_mm`: x[M, K] @ W^T on W packed in column panels
@@ -129,6 +131,7 @@ def _build() -> bool:
                     type(err).__name__, str(err).strip().splitlines()[-1] if str(err).strip() else "")
         return False
     torch.library.register_fake("wedlm_cpu::linear")(_linear_fake)
+    torch.library.register_fake("wedlm_cpu::bound_linear")(_bound_linear_fake)
     torch.library.register_fake("wedlm_cpu::few_rows_mm")(_few_rows_mm_fake)
     torch.library.register_fake("wedlm_cpu::one_row_mm")(_one_row_mm_fake)
     torch.library.register_fake("wedlm_cpu::one_query_attention")(_one_query_attention_fake)
@@ -149,6 +152,10 @@ def sources_digest() -> str:
 
 def _linear_fake(x, weight, bias, panels, packed_key, min_macs, min_rows, few_rows_max):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+def _bound_linear_fake(x, key, n):
+    return x.new_empty((*x.shape[:-1], n))
 
 
 def _few_rows_mm_fake(x, panels, n, bias):

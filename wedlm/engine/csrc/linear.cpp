@@ -79,14 +79,71 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const std::opti
   return out.view(shape);
 }
 
+// Matmuls bound to a key (`fast_model.bind_linears`): `bound_linear(x, key, n)` is `linear` with the
+// weight, bias, panels and thresholds bound to `key`. A compiled graph then takes none of them as
+// inputs: every input of inductor's C++ wrapper costs a tensor handle made, converted and freed on
+// each call, and each matmul would pass three.
+// The table holds its tensors until `unbind_linear`, which the owning module's finalizer calls: a
+// key is unbound only once no graph of that module can run.
+struct BoundLinear {
+  at::Tensor weight;
+  std::optional<at::Tensor> bias, panels;
+  int64_t packed_key, min_macs, min_rows, few_rows_max;
+};
+
+std::mutex bound_mutex;
+
+std::unordered_map<int64_t, BoundLinear>& bound() {
+  static std::unordered_map<int64_t, BoundLinear> table;
+  return table;
+}
+
+void bind_linear(int64_t key, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                 const std::optional<at::Tensor>& panels, int64_t packed_key, int64_t min_macs, int64_t min_rows,
+                 int64_t few_rows_max) {
+  TORCH_CHECK(key != 0 && weight.dim() == 2, "wedlm_cpu::bind_linear: a nonzero key and a 2-D weight");
+  std::lock_guard<std::mutex> lock(bound_mutex);
+  bound().insert_or_assign(key, BoundLinear{weight, bias, panels, packed_key, min_macs, min_rows, few_rows_max});
+}
+
+void unbind_linear(int64_t key) {
+  std::lock_guard<std::mutex> lock(bound_mutex);
+  bound().erase(key);
+}
+
+// `linear` on the matmul bound to `key`, whose weight must have `n` rows (out_features) and x's
+// last size as columns: a graph cached on disk by another process names keys and sizes, not tensors.
+at::Tensor bound_linear(const at::Tensor& x, int64_t key, int64_t n) {
+  const BoundLinear* b = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(bound_mutex);
+    auto found = bound().find(key);
+    TORCH_CHECK(found != bound().end(), "wedlm_cpu::bound_linear: no matmul is bound to key ", key);
+    b = &found->second;  // a map node: stays put while other keys are bound or unbound
+  }
+  TORCH_CHECK(b->weight.size(0) == n && b->weight.size(1) == x.size(-1), "wedlm_cpu::bound_linear: key ", key,
+              " holds a [", b->weight.size(0), ", ", b->weight.size(1), "] weight, the call asks for [", n, ", ",
+              x.size(-1), "]");
+  return linear(x, b->weight, b->bias, b->panels, b->packed_key, b->min_macs, b->min_rows, b->few_rows_max);
+}
+
 }  // namespace
 
 TORCH_LIBRARY(wedlm_cpu, m) {
-  // a catch-all kernel: the packed tensor's dispatch key is oneDNN's, not the CPU's
+  // catch-all kernels: the packed tensor's dispatch key is oneDNN's, not the CPU's
   m.def("remember(Tensor packed, int key) -> int", remember);
   m.def(
       "linear(Tensor x, Tensor weight, Tensor? bias, Tensor? panels, int packed_key, int min_macs, int min_rows, "
       "int few_rows_max) -> Tensor");
+  m.def(
+      "bind_linear(int key, Tensor weight, Tensor? bias, Tensor? panels, int packed_key, int min_macs, "
+      "int min_rows, int few_rows_max) -> ()",
+      bind_linear);
+  m.def("unbind_linear(int key) -> ()", unbind_linear);
+  m.def("bound_linear(Tensor x, int key, int n) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(wedlm_cpu, CPU, m) { m.impl("linear", linear); }
+TORCH_LIBRARY_IMPL(wedlm_cpu, CPU, m) {
+  m.impl("linear", linear);
+  m.impl("bound_linear", bound_linear);
+}
