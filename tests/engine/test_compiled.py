@@ -335,6 +335,45 @@ def test_two_compiled_engines_keep_their_own_models(ckpt_factory, monkeypatch):
     assert got == [want[0], want[1], want[1], want[0]]
 
 
+def test_one_sequences_inputs_in_one_call_are_the_numpy_builds(compiled_llm):
+    """A window step of one sequence takes its inputs from one C++ call (`_prepare_one`): the
+    same tensors, shapes and dtypes as the numpy build (`PagedAttention.build`) for any context,
+    window, block table and logit rows, padded tokens and rows included."""
+    import random
+
+    import torch
+
+    from wedlm.engine.runner import ForwardItem
+
+    runner = compiled_llm.engine.runner
+    assert runner.one_call_inputs
+    calls = []
+    one = runner._prepare_one
+    runner._prepare_one = lambda *args: calls.append(1) or one(*args)
+    rng = random.Random(3)
+    bs = runner.kv_cache.block_size
+    for _ in range(60):
+        n, ctx = rng.randint(2, 40), rng.choice([0, 1, 5, 63, 64, 200])
+        table = rng.sample(range(runner.pad_slot // bs), -(-(ctx + n) // bs) + rng.randint(0, 2))
+        item = ForwardItem([rng.randrange(100) for _ in range(n)], [ctx + j for j in rng.sample(range(n), n)], table,
+                           ctx, sorted(rng.sample(range(n), rng.randint(0, n))))
+        got = runner.prepare([item])
+        runner.one_call_inputs = False
+        try:
+            want = runner.prepare([item])
+        finally:
+            runner.one_call_inputs = True
+        assert got.num_rows == want.num_rows and want.attn.q_index is None and want.attn.mask is None
+        for name in ("input_ids", "positions", "logit_rows"):
+            a, b = getattr(got, name), getattr(want, name)
+            assert a.dtype == b.dtype == torch.int64 and torch.equal(a, b), name
+        for name in ("slot_mapping", "kv_slots", "q_index", "t_index", "mask", "key_ends"):
+            a, b = getattr(got.attn, name), getattr(want.attn, name)
+            assert (a is None) == (b is None) and (a is None or (a.dtype == b.dtype and torch.equal(a, b))), name
+    del runner._prepare_one
+    assert len(calls) == 60
+
+
 def test_batch1_one_query_step_on_a_cpu_has_exact_keys_and_no_mask(compiled_llm):
     """A compiled CPU step of one token of one sequence pads nothing: its keys are exactly the
     cached rows plus the new one (no multiple of 64) and it carries no mask, as eager mode; a

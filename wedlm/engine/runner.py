@@ -141,6 +141,8 @@ class ModelRunner:
                              "(a C++ compiler), one process and fast_path")
         # the causal mask as prefix lengths, which the C++ window attention reads (float32 graphs)
         self.key_ends = self.native_ops and autocast is None and model.dtype == torch.float32
+        # with them, one sequence's step inputs come from one C++ call (`_prepare_one`)
+        self.one_call_inputs = self.key_ends
         self.device = model.device
         # [MASK] is an input symbol, never an output: its logit column is -inf in every row
         # returned, for every decoder and the AR head. The engine sets its one [MASK] id here.
@@ -198,6 +200,10 @@ class ModelRunner:
             # (docs/engine.md, "Compiled forward")
             if not (shape.batch == shape.queries == 1 and self.device.type == "cpu"):
                 pad = Padding(shape.tokens, shape.batch, shape.queries, shape.keys, self.pad_slot)
+            item = items[0]
+            if (self.one_call_inputs and len(items) == 1 and pad is not None and shape.tokens == shape.queries
+                    and len(item.block_table) * self.kv_cache.block_size >= offset + item.context_len):
+                return self._prepare_one(item, shape, num_rows)
             ids += [0] * (shape.tokens - offset)
             pos += [0] * (shape.tokens - offset)
             rows += [0] * (shape.rows - num_rows)
@@ -205,6 +211,17 @@ class ModelRunner:
         attn = PagedAttention.build(self.kv_cache, slices, device, pad, key_ends=self.key_ends)
         rows_t = as_tensor(rows, device) if rows else None
         return PreparedForward(as_tensor(ids, device), as_tensor(pos, device), attn, rows_t, num_rows)
+
+    def _prepare_one(self, item: ForwardItem, shape: StepShape, num_rows: int) -> PreparedForward:
+        """`prepare` of one sequence for a compiled CPU graph with the C++ window attention, whose
+        padded tokens are its padded queries: every input in one call of the C++ operator
+        `wedlm_cpu::step_inputs`, the same values as the numpy build of `PagedAttention.build`,
+        whose fifteen-odd numpy calls a step each run in caches the weights' stream has swept."""
+        ids, pos, rows, slots, kv_slots, key_ends = torch.ops.wedlm_cpu.step_inputs(
+            item.token_ids, item.positions, item.logit_rows, item.block_table, item.context_len,
+            self.kv_cache.block_size, shape.tokens, shape.keys, shape.rows, self.pad_slot)
+        attn = PagedAttention(self.kv_cache, slots, kv_slots, None, None, None, key_ends)
+        return PreparedForward(ids, pos, attn, rows, num_rows)
 
     @torch.inference_mode()
     def execute(self, items: list[ForwardItem], batch: PreparedForward) -> list[ForwardOutput]:

@@ -5,4 +5,5 @@
 #include "linear.cpp"
 #include "one_query_attention.cpp"
 #include "one_row_mm.cpp"
+#include "step_inputs.cpp"
 #include "window_attention.cpp"
