@@ -161,6 +161,11 @@ class CompiledForward:
 
         if options and hasattr(inductor_config, "cpp_wrapper_build_separate"):  # older torch has no such option
             options["cpp_wrapper_build_separate"] = True
+        if options:
+            from .native import c_shims
+
+            if c_shims():  # the C++ operators' C functions, called without the dispatcher
+                options["aot_inductor.custom_ops_to_c_shims"] = c_shims()
         # Dynamo checks a graph's guards before every call; most of them re-check the model's
         # modules (their types, flags, int attributes), which an engine never changes after it
         # is built. They are dropped (`skip_guard_on_all_nn_modules_unsafe`): the batch-1 step
@@ -405,6 +410,17 @@ def _generated_call(fn, num_inputs: int):
     removing duplicated or aliased ones. Only graphs with the C++ wrapper qualify (a CPU
     engine's default; the wrapper's source states the count).
     """
+    graph = compiled_fx_graph(fn)
+    if graph is None or not callable(graph.current_callable) or not graph._boxed_call:
+        return None
+    counts = re.findall(r"steal_from_raw_handles_to_raii_handles\(input_handles, (\d+)\)", graph.source_code or "")
+    return graph.current_callable if counts == [str(num_inputs)] else None
+
+
+def compiled_fx_graph(fn):
+    """The one `CompiledFxGraph` (inductor's compiled graph, with its generated `source_code`) inside
+    `fn`, what `compile_fx` returned, found by a search of its wrappers' closures; None where there
+    is not exactly one."""
     from torch._inductor.output_code import CompiledFxGraph
 
     found, seen, todo = [], set(), [fn]
@@ -424,11 +440,7 @@ def _generated_call(fn, num_inputs: int):
         inner = getattr(obj, "compiled_fn", None)  # AOTAutograd's serializable wrapper
         if inner is not None:
             todo.append(inner)
-    if len(found) != 1 or not callable(found[0].current_callable) or not found[0]._boxed_call:
-        return None
-    graph = found[0]
-    counts = re.findall(r"steal_from_raw_handles_to_raii_handles\(input_handles, (\d+)\)", graph.source_code or "")
-    return graph.current_callable if counts == [str(num_inputs)] else None
+    return found[0] if len(found) == 1 else None
 
 
 # 0-dim int64 tensors of the sizes direct calls pass (bucketed sizes, exact key counts of batch-1

@@ -48,8 +48,10 @@ graphs keep torch's kernels (the Python oneDNN operator, BLAS, SDPA; same tokens
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import logging
+import os
 import sys
 import threading
 from pathlib import Path
@@ -130,6 +132,8 @@ def _build() -> bool:
         log.warning("C++ operators not built (%s: %s); the compiled forward keeps torch's kernels",
                     type(err).__name__, str(err).strip().splitlines()[-1] if str(err).strip() else "")
         return False
+    # the library's symbols global: compiled graphs call its C shims (`C_SHIMS`) by name
+    ctypes.CDLL(str(built), mode=os.RTLD_GLOBAL)
     torch.library.register_fake("wedlm_cpu::linear")(_linear_fake)
     torch.library.register_fake("wedlm_cpu::bound_linear")(_bound_linear_fake)
     torch.library.register_fake("wedlm_cpu::few_rows_mm")(_few_rows_mm_fake)
@@ -138,6 +142,24 @@ def _build() -> bool:
     torch.library.register_fake("wedlm_cpu::window_attention")(_window_attention_fake)
     torch.library.register_fake("wedlm_cpu::row_argmax")(_row_argmax_fake)
     return True
+
+
+# The operators compiled graphs call as C functions (inductor's `custom_ops_to_c_shims`), with the
+# declaration of each: no dispatcher lookup, stack or boxing per call (`csrc/linear.cpp`).
+C_SHIMS = {
+    "wedlm_cpu::bound_linear": "AOTITorchError aoti_torch_cpu_bound_linear(AtenTensorHandle x, int64_t key, "
+                               "int64_t n, AtenTensorHandle* ret0)",
+    "wedlm_cpu::window_attention": "AOTITorchError aoti_torch_cpu_window_attention(AtenTensorHandle q, "
+                                   "AtenTensorHandle k, AtenTensorHandle v, AtenTensorHandle* mask, double scale, "
+                                   "AtenTensorHandle* slots, AtenTensorHandle* key_ends, AtenTensorHandle* ret0)",
+}
+
+
+def c_shims() -> dict:
+    """inductor's `aot_inductor.custom_ops_to_c_shims` for the loaded operators (empty before `load`)."""
+    if not _state.get("loaded"):
+        return {}
+    return {getattr(torch.ops.wedlm_cpu, name.split("::")[1]).default: [decl] for name, decl in C_SHIMS.items()}
 
 
 def sources_digest() -> str:

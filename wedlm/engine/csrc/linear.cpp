@@ -11,6 +11,7 @@
 // tensor is gone resolves to none (the matmul then reads the plain weight).
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/inductor/aoti_torch/utils.h>
 #include <torch/library.h>
 
 #include <mutex>
@@ -128,6 +129,19 @@ at::Tensor bound_linear(const at::Tensor& x, int64_t key, int64_t n) {
 }
 
 }  // namespace
+
+// `bound_linear` as a C function with inductor's C-shim calling convention (borrowed input handle,
+// a new output handle), which compiled graphs call directly (`compiled.C_SHIMS`) instead of through
+// the dispatcher: a boxed call looks the operator up by name, boxes its arguments into a stack and
+// unboxes them again, each of the step's matmuls. Exported for the graphs' libraries, which the
+// dynamic linker resolves against this one (`native.load` makes its symbols global).
+extern "C" __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_bound_linear(
+    AtenTensorHandle x, int64_t key, int64_t n, AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    at::Tensor out = bound_linear(*torch::aot_inductor::tensor_handle_to_tensor_pointer(x), key, n);
+    *ret0 = torch::aot_inductor::new_tensor_handle(std::move(out));
+  });
+}
 
 TORCH_LIBRARY(wedlm_cpu, m) {
   // catch-all kernels: the packed tensor's dispatch key is oneDNN's, not the CPU's

@@ -14,6 +14,7 @@
 // Results equal SDPA's within float32 rounding.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <torch/csrc/inductor/aoti_torch/utils.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -256,6 +257,22 @@ at::Tensor window_attention(const at::Tensor& q, const at::Tensor& k, const at::
 }
 
 }  // namespace
+
+// `window_attention` as a C function with inductor's C-shim calling convention (`linear.cpp`'s
+// `aoti_torch_cpu_bound_linear` says why): optional tensors as handle pointers, null for None.
+extern "C" __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_window_attention(
+    AtenTensorHandle q, AtenTensorHandle k, AtenTensorHandle v, AtenTensorHandle* mask, double scale,
+    AtenTensorHandle* slots, AtenTensorHandle* key_ends, AtenTensorHandle* ret0) {
+  using torch::aot_inductor::pointer_to_optional;
+  using torch::aot_inductor::tensor_handle_to_tensor_pointer;
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    at::Tensor out = window_attention(*tensor_handle_to_tensor_pointer(q), *tensor_handle_to_tensor_pointer(k),
+                                      *tensor_handle_to_tensor_pointer(v), pointer_to_optional<at::Tensor>(mask),
+                                      scale, pointer_to_optional<at::Tensor>(slots),
+                                      pointer_to_optional<at::Tensor>(key_ends));
+    *ret0 = torch::aot_inductor::new_tensor_handle(std::move(out));
+  });
+}
 
 TORCH_LIBRARY_FRAGMENT(wedlm_cpu, m) {
   m.def("window_attention(Tensor q, Tensor k, Tensor v, Tensor? mask, float scale, Tensor? slots=None, "
