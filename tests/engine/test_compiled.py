@@ -116,8 +116,8 @@ def test_guards_read_the_call_not_the_modules(compiled_llm):
 def test_matmul_weights_are_no_graph_inputs(compiled_llm):
     """With column panels every matmul is bound to a key (`fast_model.bind_linears`): the graphs
     take no weight, bias or panels of a matmul as inputs, only the norms', the embedding's and
-    the step's tensors; they call the bound matmul and the window attention as C functions
-    (`native.C_SHIMS`), not through the dispatcher."""
+    the step's tensors; they call the engine's C++ operators as C functions (`native.C_SHIMS`), not
+    through the dispatcher."""
     from wedlm.engine.compiled import compiled_fx_graph
 
     runner = compiled_llm.engine.runner
@@ -132,8 +132,9 @@ def test_matmul_weights_are_no_graph_inputs(compiled_llm):
     layers = runner.model.config.num_hidden_layers
     assert all(src.count("aoti_torch_cpu_bound_linear(") == 1 + 4 * layers + 1 for src in sources)
     assert sum("aoti_torch_cpu_window_attention(" in src for src in sources) >= 1
-    assert not any('aoti_torch_call_dispatcher("wedlm_cpu::' + op in src for src in sources
-                   for op in ("bound_linear", "window_attention", "linear"))
+    assert sum("aoti_torch_cpu_one_query_attention(" in src for src in sources) >= 1
+    assert all(src.count("aoti_torch_cpu_row_argmax(") == 2 for src in sources)
+    assert not any('aoti_torch_call_dispatcher("wedlm_cpu::' in src for src in sources)
 
 
 def test_direct_call_reads_plain_sources_only():

@@ -152,6 +152,10 @@ C_SHIMS = {
     "wedlm_cpu::window_attention": "AOTITorchError aoti_torch_cpu_window_attention(AtenTensorHandle q, "
                                    "AtenTensorHandle k, AtenTensorHandle v, AtenTensorHandle* mask, double scale, "
                                    "AtenTensorHandle* slots, AtenTensorHandle* key_ends, AtenTensorHandle* ret0)",
+    "wedlm_cpu::one_query_attention": "AOTITorchError aoti_torch_cpu_one_query_attention(AtenTensorHandle q, "
+                                      "AtenTensorHandle k, AtenTensorHandle v, double scale, AtenTensorHandle* slots, "
+                                      "AtenTensorHandle* ret0)",
+    "wedlm_cpu::row_argmax": "AOTITorchError aoti_torch_cpu_row_argmax(AtenTensorHandle logits, AtenTensorHandle* ret0)",
 }
 
 

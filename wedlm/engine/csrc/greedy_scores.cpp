@@ -24,6 +24,7 @@
 // largest.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <torch/csrc/inductor/aoti_torch/utils.h>
 #include <torch/library.h>
 
 #include <cmath>
@@ -198,6 +199,16 @@ at::Tensor row_argmax(const at::Tensor& logits) {
 }
 
 }  // namespace
+
+// `row_argmax` as a C function with inductor's C-shim calling convention (`linear.cpp`'s
+// `aoti_torch_cpu_bound_linear` says why).
+extern "C" __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_row_argmax(AtenTensorHandle logits,
+                                                                                          AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    at::Tensor out = row_argmax(*torch::aot_inductor::tensor_handle_to_tensor_pointer(logits));
+    *ret0 = torch::aot_inductor::new_tensor_handle(std::move(out));
+  });
+}
 
 TORCH_LIBRARY_FRAGMENT(wedlm_cpu, m) {
   m.def("greedy_scores(Tensor logits, float tie) -> (Tensor, Tensor)");

@@ -9,6 +9,7 @@
 // h / (Hq / Hkv). Results equal SDPA's within float32 rounding.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <torch/csrc/inductor/aoti_torch/utils.h>
 #include <torch/library.h>
 
 #include "heads.h"
@@ -120,6 +121,20 @@ at::Tensor one_query_attention(const at::Tensor& q, const at::Tensor& k, const a
 }
 
 }  // namespace
+
+// `one_query_attention` as a C function with inductor's C-shim calling convention (`linear.cpp`'s
+// `aoti_torch_cpu_bound_linear` says why).
+extern "C" __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_one_query_attention(
+    AtenTensorHandle q, AtenTensorHandle k, AtenTensorHandle v, double scale, AtenTensorHandle* slots,
+    AtenTensorHandle* ret0) {
+  using torch::aot_inductor::tensor_handle_to_tensor_pointer;
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    at::Tensor out = one_query_attention(*tensor_handle_to_tensor_pointer(q), *tensor_handle_to_tensor_pointer(k),
+                                         *tensor_handle_to_tensor_pointer(v), scale,
+                                         torch::aot_inductor::pointer_to_optional<at::Tensor>(slots));
+    *ret0 = torch::aot_inductor::new_tensor_handle(std::move(out));
+  });
+}
 
 TORCH_LIBRARY_FRAGMENT(wedlm_cpu, m) {
   m.def("one_query_attention(Tensor q, Tensor k, Tensor v, float scale, Tensor? slots=None) -> Tensor");
