@@ -137,6 +137,22 @@ def test_matmul_weights_are_no_graph_inputs(compiled_llm):
     assert not any('aoti_torch_call_dispatcher("wedlm_cpu::' in src for src in sources)
 
 
+def test_graphs_with_c_shims_stay_cacheable(compiled_llm):
+    """The C-shim option (`native.c_shims`) pickles as the operators' names, so inductor's compile
+    cache keys it and a second process loads the graphs instead of compiling them again (an
+    operator overload in the option made every graph bypass the cache)."""
+    import pickle
+
+    from torch._dynamo.utils import counters
+
+    from wedlm.engine import native
+
+    shims = native.c_shims()
+    assert shims and pickle.loads(pickle.dumps(shims)) == shims
+    generate(compiled_llm, 4)
+    assert compiled_llm.engine.runner.compiled.graphs and not counters["inductor"]["fxgraph_cache_bypass"]
+
+
 def test_direct_call_reads_plain_sources_only():
     """`_DirectCall.of` rebuilds a graph's inputs from their dynamo sources: the model's and the KV
     cache's once, the step's at each call; any other kind of source keeps dynamo."""

@@ -161,9 +161,20 @@ C_SHIMS = {
 
 def c_shims() -> dict:
     """inductor's `aot_inductor.custom_ops_to_c_shims` for the loaded operators (empty before `load`)."""
-    if not _state.get("loaded"):
-        return {}
-    return {getattr(torch.ops.wedlm_cpu, name.split("::")[1]).default: [decl] for name, decl in C_SHIMS.items()}
+    return _CShims.of(tuple(C_SHIMS)) if _state.get("loaded") else {}
+
+
+class _CShims(dict):
+    """{operator overload: [its C declaration]} for `C_SHIMS`' names, pickled as the names: inductor's
+    compile cache keys pickle its config, and an operator overload does not pickle (the graphs
+    would bypass the cache and compile in every process)."""
+
+    @classmethod
+    def of(cls, names: tuple[str, ...]) -> _CShims:
+        return cls({getattr(torch.ops.wedlm_cpu, name.split("::")[1]).default: [C_SHIMS[name]] for name in names})
+
+    def __reduce__(self):
+        return _CShims.of, (tuple(str(op._schema.name) for op in self),)
 
 
 def sources_digest() -> str:
