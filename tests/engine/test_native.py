@@ -418,6 +418,34 @@ def test_a_models_matmuls_are_bound_until_it_is_collected(tiny_path):
     gc.collect()
 
 
+def test_rebinding_drops_keys_of_matmuls_without_float32_panels(tiny_path):
+    """A second `bind_linears` unbinds every earlier key: a matmul whose float32 panels are gone
+    (bf16 panels, or none) reads no key, so a compiled graph cannot run its stale float32 weights;
+    `use_panel_weights(..., bf16=True)` after float32 panels leaves no key bound."""
+    from wedlm.engine.fast_model import (
+        _matmuls,
+        bf16_panels_supported,
+        bind_linears,
+        optimize_for_inference,
+        use_panel_weights,
+    )
+    from wedlm.model import load_model
+
+    model = optimize_for_inference(load_model(str(tiny_path)))
+    assert use_native_ops() and use_panel_weights(model)
+    modules = [m for m, _ in _matmuls(model)]
+    old = [m.linear_key for m in modules]
+    modules[0].weight_panels = None
+    assert bind_linears(model) == len(modules) - 1
+    assert modules[0].linear_key == modules[0].linear_n == 0 and all(m.linear_key for m in modules[1:])
+    assert model.linear_keys == [m.linear_key for m in modules[1:]]
+    with pytest.raises(RuntimeError, match=f"no matmul is bound to key {old[-1]}"):
+        torch.ops.wedlm_cpu.bound_linear(torch.randn(2, 8), old[-1], 16)
+    if bf16_panels_supported():
+        assert use_panel_weights(model, bf16=True)
+        assert all(m.linear_key == 0 for m in modules) and model.linear_keys == []
+
+
 def test_a_key_does_not_keep_its_packed_weight_alive(cpp_op):
     """The C++ table holds weak references, like `fast_model._PACKED`: once the owner drops the
     packed tensor it is freed, and the key falls back to the unpacked rule."""

@@ -164,8 +164,9 @@ class CompiledForward:
         if options:
             from .native import c_shims
 
-            if c_shims():  # the C++ operators' C functions, called without the dispatcher
-                options["aot_inductor.custom_ops_to_c_shims"] = c_shims()
+            shims = c_shims()
+            if shims:  # the C++ operators' C functions, called without the dispatcher
+                options["aot_inductor.custom_ops_to_c_shims"] = shims
         # Dynamo checks a graph's guards before every call; most of them re-check the model's
         # modules (their types, flags, int attributes), which an engine never changes after it
         # is built. They are dropped (`skip_guard_on_all_nn_modules_unsafe`): the batch-1 step

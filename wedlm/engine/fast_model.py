@@ -118,7 +118,8 @@ _bf16_kernel: bool | None = None
 # in every process, and its graphs, which name the keys, load from the compile cache.
 SLOT_KEYS = 1 << 16
 _slots: set[int] = set()
-_slots_lock = threading.Lock()
+# re-entrant: a model's finalizer (`_unbind_slot`) may run from a collection inside `bind_linears`
+_slots_lock = threading.RLock()
 
 
 def pack_weight(weight: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -650,8 +651,7 @@ def use_panel_weights(model: QwenForCausalLM, max_bytes: int = PANELS_MAX_BYTES,
         if type(module) is nn.Linear:  # a plain linear never reads weight_panels
             module.__class__ = TransposedGemvLinear
         start += weight.numel()
-    if dtype == torch.float32:
-        bind_linears(model)
+    bind_linears(model)  # float32 panels bound; bf16 ones leave no earlier float32 binding behind
     return True
 
 
@@ -664,24 +664,36 @@ def bind_linears(model: QwenForCausalLM) -> int:
     same arguments, but none of them a graph input: inductor's C++ wrapper makes, converts and
     frees a handle for every input on every call (docs/engine.md, "The engine's C++ operators").
 
-    The model takes the smallest free slot of keys (`SLOT_KEYS` a model); a second call rebinds
-    the same keys. The keys are unbound, and the slot freed, when the model is garbage collected;
-    until then the bound tensors stay alive with it.
+    The model takes the smallest free slot of keys (`SLOT_KEYS` a model). A second call unbinds
+    every earlier key of the model first (a matmul whose panels are now bf16, or gone, reads no
+    key) and binds the current float32 ones again. The keys are unbound, and the slot freed, when
+    the model is garbage collected; until then the bound tensors stay alive with it.
 
     Returns:
         The number of matmuls bound (0 without the C++ operators or float32 panels).
     """
-    targets = [m for m, w in _matmuls(model) if w.dtype == torch.float32 and m.weight_panels is not None
+    if _native_linear is None:
+        return 0
+    found = _matmuls(model)
+    keys = getattr(model, "linear_keys", None)  # the bound keys, a list the model's finalizer reads
+    for module, _ in found:
+        if getattr(module, "linear_key", 0):
+            torch.ops.wedlm_cpu.unbind_linear(module.linear_key)
+            module.linear_key = module.linear_n = 0
+    if keys is not None:
+        keys.clear()
+    targets = [m for m, w in found if w.dtype == torch.float32 and m.weight_panels is not None
                and m.weight_panels.dtype == torch.float32]
-    if _native_linear is None or not targets:
+    if not targets:
         return 0
     slot = getattr(model, "linear_slot", None)
     if slot is None:
         with _slots_lock:
             slot = next(i for i in itertools.count() if i not in _slots)
             _slots.add(slot)
-        model.linear_slot = slot
-        weakref.finalize(model, _unbind_slot, slot, len(targets)).atexit = False
+        keys = []
+        model.linear_slot, model.linear_keys = slot, keys
+        weakref.finalize(model, _unbind_slot, slot, keys).atexit = False
     for i, module in enumerate(targets):
         key = slot * SLOT_KEYS + i + 1
         weight = module.qkv_weight if isinstance(module, FusedQKVAttention) else (
@@ -694,12 +706,13 @@ def bind_linears(model: QwenForCausalLM) -> int:
         torch.ops.wedlm_cpu.bind_linear(key, weight.detach(), None if bias is None else bias.detach(),
                                         module.weight_panels, *rule, FEW_ROWS_MAX)
         module.linear_key, module.linear_n = key, weight.shape[0]
+        keys.append(key)
     return len(targets)
 
 
-def _unbind_slot(slot: int, count: int) -> None:
-    for i in range(count):
-        torch.ops.wedlm_cpu.unbind_linear(slot * SLOT_KEYS + i + 1)
+def _unbind_slot(slot: int, keys: list[int]) -> None:
+    for key in keys:
+        torch.ops.wedlm_cpu.unbind_linear(key)
     with _slots_lock:
         _slots.discard(slot)
 

@@ -128,12 +128,12 @@ def _build() -> bool:
             cpp_extension.load(name=name, sources=[str(SOURCE)], build_directory=str(folder),
                                is_python_module=False, extra_cflags=["-O3", *ISA_FLAGS[isa], *OPENMP_FLAGS],
                                extra_ldflags=list(OPENMP_FLAGS), verbose=False)  # a copy: torch appends to it
+        # the library's symbols global: compiled graphs call its C shims (`C_SHIMS`) by name
+        ctypes.CDLL(str(built), mode=os.RTLD_GLOBAL)
     except Exception as err:  # any build or load failure leaves the Python operator in place
         log.warning("C++ operators not built (%s: %s); the compiled forward keeps torch's kernels",
                     type(err).__name__, str(err).strip().splitlines()[-1] if str(err).strip() else "")
         return False
-    # the library's symbols global: compiled graphs call its C shims (`C_SHIMS`) by name
-    ctypes.CDLL(str(built), mode=os.RTLD_GLOBAL)
     torch.library.register_fake("wedlm_cpu::linear")(_linear_fake)
     torch.library.register_fake("wedlm_cpu::bound_linear")(_bound_linear_fake)
     torch.library.register_fake("wedlm_cpu::few_rows_mm")(_few_rows_mm_fake)
@@ -165,16 +165,19 @@ def c_shims() -> dict:
 
 
 class _CShims(dict):
-    """{operator overload: [its C declaration]} for `C_SHIMS`' names, pickled as the names: inductor's
-    compile cache keys pickle its config, and an operator overload does not pickle (the graphs
-    would bypass the cache and compile in every process)."""
+    """{operator overload: [its C declaration]} for `C_SHIMS`' names, pickled as the names and
+    declarations: inductor's compile cache keys pickle its config, and an operator overload does not
+    pickle (the graphs would bypass the cache and compile in every process); a changed declaration
+    changes the key, also in a cache folder of the user's (`compiled.compile_cache_dir`)."""
 
     @classmethod
-    def of(cls, names: tuple[str, ...]) -> _CShims:
+    def of(cls, names: tuple[str, ...], declarations: tuple[str, ...] = ()) -> _CShims:
+        """The shims of `names`; `declarations` (what the pickle holds besides) are `C_SHIMS`'."""
         return cls({getattr(torch.ops.wedlm_cpu, name.split("::")[1]).default: [C_SHIMS[name]] for name in names})
 
     def __reduce__(self):
-        return _CShims.of, (tuple(str(op._schema.name) for op in self),)
+        names = tuple(str(op._schema.name) for op in self)
+        return _CShims.of, (names, tuple(C_SHIMS[name] for name in names))
 
 
 def sources_digest() -> str:

@@ -14,6 +14,7 @@
 #include <torch/csrc/inductor/aoti_torch/utils.h>
 #include <torch/library.h>
 
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 
@@ -94,8 +95,10 @@ struct BoundLinear {
 
 std::mutex bound_mutex;
 
-std::unordered_map<int64_t, BoundLinear>& bound() {
-  static std::unordered_map<int64_t, BoundLinear> table;
+// entries are shared and immutable: a call keeps the entry it found, so rebinding or unbinding its
+// key meanwhile (another thread) frees nothing the call reads
+std::unordered_map<int64_t, std::shared_ptr<const BoundLinear>>& bound() {
+  static std::unordered_map<int64_t, std::shared_ptr<const BoundLinear>> table;
   return table;
 }
 
@@ -103,8 +106,10 @@ void bind_linear(int64_t key, const at::Tensor& weight, const std::optional<at::
                  const std::optional<at::Tensor>& panels, int64_t packed_key, int64_t min_macs, int64_t min_rows,
                  int64_t few_rows_max) {
   TORCH_CHECK(key != 0 && weight.dim() == 2, "wedlm_cpu::bind_linear: a nonzero key and a 2-D weight");
+  auto entry = std::make_shared<const BoundLinear>(
+      BoundLinear{weight, bias, panels, packed_key, min_macs, min_rows, few_rows_max});
   std::lock_guard<std::mutex> lock(bound_mutex);
-  bound().insert_or_assign(key, BoundLinear{weight, bias, panels, packed_key, min_macs, min_rows, few_rows_max});
+  bound().insert_or_assign(key, std::move(entry));
 }
 
 void unbind_linear(int64_t key) {
@@ -115,12 +120,12 @@ void unbind_linear(int64_t key) {
 // `linear` on the matmul bound to `key`, whose weight must have `n` rows (out_features) and x's
 // last size as columns: a graph cached on disk by another process names keys and sizes, not tensors.
 at::Tensor bound_linear(const at::Tensor& x, int64_t key, int64_t n) {
-  const BoundLinear* b = nullptr;
+  std::shared_ptr<const BoundLinear> b;
   {
     std::lock_guard<std::mutex> lock(bound_mutex);
     auto found = bound().find(key);
     TORCH_CHECK(found != bound().end(), "wedlm_cpu::bound_linear: no matmul is bound to key ", key);
-    b = &found->second;  // a map node: stays put while other keys are bound or unbound
+    b = found->second;
   }
   TORCH_CHECK(b->weight.size(0) == n && b->weight.size(1) == x.size(-1), "wedlm_cpu::bound_linear: key ", key,
               " holds a [", b->weight.size(0), ", ", b->weight.size(1), "] weight, the call asks for [", n, ", ",
@@ -131,7 +136,7 @@ at::Tensor bound_linear(const at::Tensor& x, int64_t key, int64_t n) {
 }  // namespace
 
 // `bound_linear` as a C function with inductor's C-shim calling convention (borrowed input handle,
-// a new output handle), which compiled graphs call directly (`compiled.C_SHIMS`) instead of through
+// a new output handle), which compiled graphs call directly (`native.C_SHIMS`) instead of through
 // the dispatcher: a boxed call looks the operator up by name, boxes its arguments into a stack and
 // unboxes them again, each of the step's matmuls. Exported for the graphs' libraries, which the
 // dynamic linker resolves against this one (`native.load` makes its symbols global).
