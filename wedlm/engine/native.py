@@ -39,8 +39,14 @@ operators (`fast_model.use_native_ops`):
 * `torch.ops.wedlm_cpu.greedy_scores`: each logit row's softmax entropy and first maximum in two
   passes, for the fill rule of greedy requests (`sampling.SoftmaxRows`, called by the decoders,
   not by graphs); `decoders.fill` decides with it only where the exact entropy would decide alike.
+* `torch.ops.wedlm_cpu.step_inputs`: every int64 input of a compiled CPU step of one sequence
+  (ids, positions, logit rows and the paged-attention metadata) in one call
+  (`runner.ModelRunner._prepare_one`), the values of the numpy build.
 * `torch.ops.wedlm_cpu.row_argmax`: the forward's greedy ids, `argmax(-1)` of its logits
   (`fast_model.row_argmax`), which torch computes one value at a time (~80 us for 16 x 4096).
+
+Compiled graphs call `bound_linear`, the two attention operators and `row_argmax` as C functions
+(`C_SHIMS`), not through the dispatcher.
 
 Without a compiler or with a failed build `load()` returns False, logs why once, and compiled
 graphs keep torch's kernels (the Python oneDNN operator, BLAS, SDPA; same tokens).
