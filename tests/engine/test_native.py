@@ -418,13 +418,16 @@ def test_a_models_matmuls_are_bound_until_it_is_collected(tiny_path):
     gc.collect()
 
 
-def test_rebinding_drops_keys_of_matmuls_without_float32_panels(tiny_path):
-    """A second `bind_linears` unbinds every earlier key: a matmul whose float32 panels are gone
-    (bf16 panels, or none) reads no key, so a compiled graph cannot run its stale float32 weights;
-    `use_panel_weights(..., bf16=True)` after float32 panels leaves no key bound."""
+def test_rebinding_drops_keys_of_matmuls_without_panels(tiny_path):
+    """A second `bind_linears` unbinds every earlier key: a matmul whose panels are gone reads no
+    key, so a compiled graph cannot run stale weights; `use_panel_weights(..., bf16=True)` after
+    float32 panels binds every matmul to its bf16 panels with `bf16_weight_linear`'s rule (the
+    same values as that function)."""
     from wedlm.engine.fast_model import (
+        FusedSwiGLU,
         _matmuls,
         bf16_panels_supported,
+        bf16_weight_linear,
         bind_linears,
         optimize_for_inference,
         use_panel_weights,
@@ -443,7 +446,12 @@ def test_rebinding_drops_keys_of_matmuls_without_float32_panels(tiny_path):
         torch.ops.wedlm_cpu.bound_linear(torch.randn(2, 8), old[-1], 16)
     if bf16_panels_supported():
         assert use_panel_weights(model, bf16=True)
-        assert all(m.linear_key == 0 for m in modules) and model.linear_keys == []
+        assert model.linear_keys == [m.linear_key for m in modules] and all(model.linear_keys)
+        for module, weight in _matmuls(model):
+            bias = None if isinstance(module, FusedSwiGLU) else getattr(module, "qkv_bias", getattr(module, "bias", None))
+            x = torch.randn(5, weight.shape[1])
+            want = bf16_weight_linear(x, weight, bias, module.weight_panels)
+            assert torch.equal(torch.ops.wedlm_cpu.bound_linear(x, module.linear_key, module.linear_n), want)
 
 
 def test_a_key_does_not_keep_its_packed_weight_alive(cpp_op):

@@ -230,3 +230,9 @@ def test_compiled_bf16_weights_equal_eager_bf16_weights(bf16_llm):
         params = SamplingParams(temperature=0, max_tokens=32, decoding=decoding)
         assert [o["token_ids"] for o in compiled.generate(prompts, params)] == \
             [o["token_ids"] for o in bf16_llm.generate(prompts, params)]
+    # every matmul bound to its bf16 panels (`fast_model.bind_linears`), called as a C function
+    from wedlm.engine.compiled import compiled_fx_graph
+
+    for direct in compiled.engine.runner.compiled._direct:
+        source = compiled_fx_graph(direct.graph.fn).source_code
+        assert "aoti_torch_cpu_bound_linear(" in source and 'dispatcher("wedlm_cpu::linear"' not in source

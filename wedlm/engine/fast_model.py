@@ -316,8 +316,8 @@ def _matmul(module: nn.Module, x: torch.Tensor, weight: torch.Tensor, bias: torc
     oneDNN runs through `panel_linear`; bf16 panels go to `bf16_panel_linear` (a
     `precast_for_autocast`ed model, whose weights are bf16) or `bf16_weight_linear` (float32
     weights: `use_panel_weights(..., bf16=True)`). Inside a compiled graph, a module with float32
-    panels calls its bound matmul (`bind_linears`): the same operator on the same arguments, none
-    of them a graph input."""
+    weights and panels calls its bound matmul (`bind_linears`): the same operator on the same
+    arguments, none of them a graph input."""
     if module.linear_key and x.dtype == torch.float32 and torch.compiler.is_compiling():
         return torch.ops.wedlm_cpu.bound_linear(x, module.linear_key, module.linear_n)
     if module.weight_panels is not None and module.weight_panels.dtype == torch.bfloat16:
@@ -651,26 +651,27 @@ def use_panel_weights(model: QwenForCausalLM, max_bytes: int = PANELS_MAX_BYTES,
         if type(module) is nn.Linear:  # a plain linear never reads weight_panels
             module.__class__ = TransposedGemvLinear
         start += weight.numel()
-    bind_linears(model)  # float32 panels bound; bf16 ones leave no earlier float32 binding behind
+    bind_linears(model)  # rebinds every matmul to its new panels
     return True
 
 
 def bind_linears(model: QwenForCausalLM) -> int:
-    """Bind every matmul of `model` that has float32 column panels (`use_panel_weights`) to a key
-    (`torch.ops.wedlm_cpu.bind_linear`): its weight, bias, panels and `_matmul`'s rule (oneDNN's
-    prepacked key and thresholds where `use_onednn_linear` routed it, else `panel_linear`'s).
+    """Bind every matmul of `model` with float32 weights and column panels (`use_panel_weights`) to
+    a key (`torch.ops.wedlm_cpu.bind_linear`): its weight, bias, panels and `_matmul`'s rule
+    (oneDNN's prepacked key and thresholds where `use_onednn_linear` routed it, else
+    `panel_linear`'s; `bf16_weight_linear`'s for bf16 panels).
     Compiled graphs traced from now on call `wedlm_cpu::bound_linear(x, module.linear_key,
     module.linear_n)` instead of `wedlm_cpu::linear` with those tensors: the same operator on the
     same arguments, but none of them a graph input: inductor's C++ wrapper makes, converts and
     frees a handle for every input on every call (docs/engine.md, "The engine's C++ operators").
 
     The model takes the smallest free slot of keys (`SLOT_KEYS` a model). A second call unbinds
-    every earlier key of the model first (a matmul whose panels are now bf16, or gone, reads no
-    key) and binds the current float32 ones again. The keys are unbound, and the slot freed, when
+    every earlier key of the model first (a matmul whose panels are gone reads no key) and binds
+    the current panels with their rule. The keys are unbound, and the slot freed, when
     the model is garbage collected; until then the bound tensors stay alive with it.
 
     Returns:
-        The number of matmuls bound (0 without the C++ operators or float32 panels).
+        The number of matmuls bound (0 without the C++ operators or such panels).
     """
     if _native_linear is None:
         return 0
@@ -682,8 +683,10 @@ def bind_linears(model: QwenForCausalLM) -> int:
             module.linear_key = module.linear_n = 0
     if keys is not None:
         keys.clear()
+    # float32 weights with panels: float32 ones (`panel_linear`'s or oneDNN's rule) or bf16 ones
+    # (`bf16_weight_linear`'s: every row count on the panels)
     targets = [m for m, w in found if w.dtype == torch.float32 and m.weight_panels is not None
-               and m.weight_panels.dtype == torch.float32]
+               and m.weight_panels.dtype in (torch.float32, torch.bfloat16)]
     if not targets:
         return 0
     slot = getattr(model, "linear_slot", None)
@@ -701,10 +704,14 @@ def bind_linears(model: QwenForCausalLM) -> int:
         bias = module.qkv_bias if isinstance(module, FusedQKVAttention) else getattr(module, "bias", None)
         if isinstance(module, FusedSwiGLU):
             bias = None
-        rule = ((module.packed_key, PACKED_MIN_MACS, ONEDNN_MIN_ROWS) if module.onednn
-                else (0, PACKED_MIN_MACS, _NO_ONEDNN_ROWS))
+        if module.weight_panels.dtype == torch.bfloat16:
+            rule = (0, PACKED_MIN_MACS, _NO_ONEDNN_ROWS, _ALL_ROWS)
+        elif module.onednn:
+            rule = (module.packed_key, PACKED_MIN_MACS, ONEDNN_MIN_ROWS, FEW_ROWS_MAX)
+        else:
+            rule = (0, PACKED_MIN_MACS, _NO_ONEDNN_ROWS, FEW_ROWS_MAX)
         torch.ops.wedlm_cpu.bind_linear(key, weight.detach(), None if bias is None else bias.detach(),
-                                        module.weight_panels, *rule, FEW_ROWS_MAX)
+                                        module.weight_panels, *rule)
         module.linear_key, module.linear_n = key, weight.shape[0]
         keys.append(key)
     return len(targets)
