@@ -99,6 +99,14 @@ BF16_AMX_FEW_ROWS_MAX = 12
 _NO_ONEDNN_ROWS = 1 << 62
 # `bf16_weight_linear`'s row limit for the panels: none (the same bf16 weights for every matmul)
 _ALL_ROWS = 1 << 62
+# `wedlm_cpu::linear`'s rule (packed_key, min_macs, min_rows, few_rows_max) of each caller, which
+# `bind_linears` binds with the matmul: `panel_linear`'s, `bf16_weight_linear`'s, `onednn_linear`'s
+_PANEL_RULE = (0, PACKED_MIN_MACS, _NO_ONEDNN_ROWS, FEW_ROWS_MAX)
+_BF16_WEIGHT_RULE = (0, PACKED_MIN_MACS, _NO_ONEDNN_ROWS, _ALL_ROWS)
+
+
+def _onednn_rule(packed_key: int) -> tuple[int, int, int, int]:
+    return packed_key, PACKED_MIN_MACS, ONEDNN_MIN_ROWS, FEW_ROWS_MAX
 
 # key -> weak reference to a prepacked weight (`pack_weight`). The module that owns the packed
 # tensor holds the only strong reference, so a dropped engine frees it; the compiled graph sees
@@ -207,8 +215,7 @@ def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
             return F.linear(x, weight, bias)
         # an opaque call: inductor's own lowering of the op asserts on unpacked, dynamic weights
         if _native_linear is not None:
-            return _native_linear(x, weight, bias, panels, packed_key, PACKED_MIN_MACS, ONEDNN_MIN_ROWS,
-                                  FEW_ROWS_MAX)
+            return _native_linear(x, weight, bias, panels, *_onednn_rule(packed_key))
         return _onednn_linear_op(x, weight, bias, packed_key)
     return _linear_rows(x, weight, bias, _packed(packed_key), pad=True)
 
@@ -349,7 +356,7 @@ def panel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     """
     if (x.dtype == torch.float32 and _native_linear is not None and torch.compiler.is_compiling()
             and x.numel() != x.shape[-1]):  # a symbolic size is never 1: this test adds no guard
-        return _native_linear(x, weight, bias, panels, 0, PACKED_MIN_MACS, _NO_ONEDNN_ROWS, FEW_ROWS_MAX)
+        return _native_linear(x, weight, bias, panels, *_PANEL_RULE)
     return F.linear(x, weight, bias)
 
 
@@ -389,7 +396,7 @@ def bf16_weight_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
     Returns:
         float32 [..., out_features]: sum_k bf16(x[k]) bf16(w[n, k]) in float32, plus the bias.
     """
-    return _native_linear(x, weight, bias, panels, 0, PACKED_MIN_MACS, _NO_ONEDNN_ROWS, _ALL_ROWS)
+    return _native_linear(x, weight, bias, panels, *_BF16_WEIGHT_RULE)
 
 
 class OneDNNLinear(nn.Linear):
@@ -685,7 +692,7 @@ def bind_linears(model: QwenForCausalLM) -> int:
         keys.clear()
     # float32 weights with panels: float32 ones (`panel_linear`'s or oneDNN's rule) or bf16 ones
     # (`bf16_weight_linear`'s: every row count on the panels)
-    targets = [m for m, w in found if w.dtype == torch.float32 and m.weight_panels is not None
+    targets = [(m, w) for m, w in found if w.dtype == torch.float32 and m.weight_panels is not None
                and m.weight_panels.dtype in (torch.float32, torch.bfloat16)]
     if not targets:
         return 0
@@ -697,19 +704,13 @@ def bind_linears(model: QwenForCausalLM) -> int:
         keys = []
         model.linear_slot, model.linear_keys = slot, keys
         weakref.finalize(model, _unbind_slot, slot, keys).atexit = False
-    for i, module in enumerate(targets):
+    for i, (module, weight) in enumerate(targets):
         key = slot * SLOT_KEYS + i + 1
-        weight = module.qkv_weight if isinstance(module, FusedQKVAttention) else (
-            module.gate_up_weight if isinstance(module, FusedSwiGLU) else module.weight)
-        bias = module.qkv_bias if isinstance(module, FusedQKVAttention) else getattr(module, "bias", None)
-        if isinstance(module, FusedSwiGLU):
-            bias = None
-        if module.weight_panels.dtype == torch.bfloat16:
-            rule = (0, PACKED_MIN_MACS, _NO_ONEDNN_ROWS, _ALL_ROWS)
-        elif module.onednn:
-            rule = (module.packed_key, PACKED_MIN_MACS, ONEDNN_MIN_ROWS, FEW_ROWS_MAX)
-        else:
-            rule = (0, PACKED_MIN_MACS, _NO_ONEDNN_ROWS, FEW_ROWS_MAX)
+        # the bias `_matmul` receives: the fused q/k/v one, none for gate/up, else the linear's
+        bias = (module.qkv_bias if isinstance(module, FusedQKVAttention) else
+                None if isinstance(module, FusedSwiGLU) else module.bias)
+        rule = (_BF16_WEIGHT_RULE if module.weight_panels.dtype == torch.bfloat16 else
+                _onednn_rule(module.packed_key) if module.onednn else _PANEL_RULE)
         torch.ops.wedlm_cpu.bind_linear(key, weight.detach(), None if bias is None else bias.detach(),
                                         module.weight_panels, *rule)
         module.linear_key, module.linear_n = key, weight.shape[0]
