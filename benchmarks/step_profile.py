@@ -16,6 +16,13 @@ matmul (the faster of torch's BLAS and the engine's `few_rows_mm`, one thread) a
 buffer of the step's bytes (same thread count) measure this CPU's peak rates in the same process; the floor is the larger of
 FLOPs / peak FLOP rate and bytes / read bandwidth, printed with the measured step as "x floor".
 
+Between the two: the step's host work (everything but the runner's forward call: scheduling,
+metadata, logits glue, decoder updates, commit, detokenization), measured twice without the
+profiler. Once as the step's time less its forward calls, timed in the same runs; once with the
+forward replayed: the same answers again, each forward call returning the outputs recorded for
+it (no kernels run, so no weights stream through the caches between the host's steps). The two
+differ by what the host work pays for caches the forward swept.
+
     python benchmarks/step_profile.py --batch 1 --batch 8
     python benchmarks/step_profile.py --trees .+eager,.+compiled --batch 1 --batch 8
     python benchmarks/step_profile.py --trees /tmp/before+compiled,.+compiled --batch 1 --batch 8
@@ -115,6 +122,77 @@ def _record_shapes(runner) -> list:
     return shapes
 
 
+class _TimedForward:
+    """Stands in for the runner's forward (`runner.compiled`, or `forward_logits` when eager):
+    calls it and adds up the seconds its calls take (`seconds`), or, once `replay` holds outputs,
+    returns those in order instead of calling it (each a fresh copy, made before the run)."""
+
+    def __init__(self, runner) -> None:
+        from wedlm.engine import runner as runner_module
+
+        self.runner, self.module = runner, runner_module
+        self.inner = runner.compiled or runner_module.forward_logits
+        self.seconds, self.record, self.replay = 0.0, None, None
+
+    def __enter__(self) -> _TimedForward:
+        # an eager runner (no `compiled`) calls the runner module's `forward_logits`; setting
+        # `compiled` would make it pad its inputs as for a graph
+        if self.runner.compiled is not None:
+            self.runner.compiled = self
+        else:
+            self.module.forward_logits = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.runner.compiled is self:
+            self.runner.compiled = self.inner
+        else:
+            self.module.forward_logits = self.inner
+
+    def __call__(self, *args):
+        if self.replay is not None:
+            return self.replay.pop()
+        start = time.perf_counter()
+        out = self.inner(*args)
+        self.seconds += time.perf_counter() - start
+        if self.record is not None:
+            self.record.append(tuple(t.clone() for t in out))
+        return out
+
+
+def _run(llm, prompts, params) -> tuple[int, float, list[list[int]]]:
+    """Answer `prompts` step by step: (steps, seconds, each request's committed ids in order)."""
+    ids = [llm.add_request(p, params) for p in prompts]
+    tokens: dict[str, list[int]] = {i: [] for i in ids}
+    steps, start = 0, time.perf_counter()
+    while llm.has_unfinished():
+        for delta in llm.step():
+            tokens[delta.request_id] += delta.new_token_ids
+        steps += 1
+    return steps, time.perf_counter() - start, [tokens[i] for i in ids]
+
+
+def _host_work(llm, prompts, params, runs: int) -> dict:
+    """The step's host work (`Engine.step` less the forward calls), in microseconds per step: the
+    median over `runs` runs with the real forward, and over as many with the forward replayed from
+    a recording (None when the replayed answers differ from the recorded ones)."""
+    with _TimedForward(llm.engine.runner) as forward:
+        forward.record = []
+        _, _, expected = _run(llm, prompts, params)
+        recorded, forward.record = forward.record, None
+        cold, warm = [], []
+        for _ in range(runs):
+            forward.seconds = 0.0
+            steps, seconds, _ = _run(llm, prompts, params)
+            cold.append(1e6 * (seconds - forward.seconds) / steps)
+            forward.replay = [tuple(t.clone() for t in out) for out in reversed(recorded)]
+            steps, seconds, answers = _run(llm, prompts, params)
+            forward.replay = None
+            warm.append(1e6 * seconds / steps if answers == expected else None)
+    return {"host work": statistics.median(cold),
+            "host work, forward replayed": None if None in warm else statistics.median(warm)}
+
+
 def _floor(llm, shapes: list, steps: int) -> dict:
     """Per step: mean FLOPs and bytes of the recorded forwards (`step_cost`), this CPU's peaks
     (`measure_peaks`) and the floor they give."""
@@ -161,6 +239,7 @@ def profile(model: str, batch: int, max_tokens: int, decoding: str, compiled: bo
         if run == 0:
             floor = _floor(llm, shapes, steps)
             llm.engine.runner.prepare = prepare
+    host = _host_work(llm, prompts, params, wall_runs)
     for p in prompts:
         llm.add_request(p, params)
     prof = cProfile.Profile()
@@ -171,7 +250,7 @@ def profile(model: str, batch: int, max_tokens: int, decoding: str, compiled: bo
         steps += 1
     prof.disable()
     stats = pstats.Stats(prof).stats
-    out = {"steps": steps, "step wall, no profiler": min(walls), "walls": walls, **floor}
+    out = {"steps": steps, "step wall, no profiler": min(walls), "walls": walls, **floor, **host}
     if top:  # the functions with the most own time (a device synchronisation shows up here)
         own = sorted(((tottime, f"{Path(path).name}:{line} {name}") for (path, line, name), (_, _, tottime, _, _)
                       in stats.items()), reverse=True)[:top]
@@ -204,6 +283,19 @@ def print_floor(cells: list[dict]) -> None:
             ("execute (forward + logits), x floor", "{:.2f}x", lambda c: c["execute (forward + logits)"] / c["floor"])]
     for label, fmt, value in rows:
         print(f"| {label} | " + " | ".join(fmt.format(value(c)) for c in cells) + " |")
+
+
+def _pooled(values: list, pick):
+    """`pick` (min or max) of the runs' values, or None where a run has none (a replay that gave
+    other answers)."""
+    return None if None in values else pick(values)
+
+
+def print_host_work(cells: list[dict]) -> None:
+    """The host-work rows under a profile table, one column per tree (`_host_work`'s keys)."""
+    for label, key in (("host work (step less its forward calls)", "host work"),
+                       ("host work, forward replayed (warm caches)", "host work, forward replayed")):
+        print(f"| {label} | " + " | ".join("-" if c.get(key) is None else f"{c[key]:.0f}" for c in cells) + " |")
 
 
 def main() -> int:
@@ -246,7 +338,7 @@ def main() -> int:
             text = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
             runs[i].append(json.loads(text.strip().splitlines()[-1]))
     best = ("compile_s", "peak GFLOP/s", "peak GB/s")  # kept at their largest; the rest at their least
-    results = [{b: {k: (max if k in best else min)(r[b][k] for r in tree_runs) for k in tree_runs[0][b]
+    results = [{b: {k: _pooled([r[b][k] for r in tree_runs], max if k in best else min) for k in tree_runs[0][b]
                     if k not in ("top", "walls")} for b in tree_runs[0]} for tree_runs in runs]
     for result, tree_runs in zip(results, runs):  # every unprofiled run of every repeat
         for b in result:
@@ -262,6 +354,7 @@ def main() -> int:
         if any("compile_s" in r[b] for r in results):
             print("| compile (s, largest of the runs) | "
                   + " | ".join(f"{r[b]['compile_s']:.1f}" if "compile_s" in r[b] else "-" for r in results) + " |")
+        print_host_work([r[b] for r in results])
         print_floor([r[b] for r in results])
         for tree, tree_runs in zip(trees, runs):
             if tree_runs[-1][b].get("top"):

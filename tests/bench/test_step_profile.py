@@ -50,3 +50,38 @@ def test_recorded_shapes_and_floor_rows(capsys):
     assert "| floor: max(FLOP/peak, bytes/bandwidth) | 2000 |" in out
     assert "| step wall, x floor | 2.00x |" in out and "| execute (forward + logits), x floor | 1.50x |" in out
     assert "| step wall (median of runs), x floor | 2.50x |" in out
+
+
+def test_host_work_with_the_forward_timed_and_replayed(tiny_wedlm):
+    """The host-work split on a tiny random checkpoint (eager): the replayed run gives the recorded
+    answers, both figures are per-step microseconds, and the runner's forward is put back."""
+    from wedlm import LLM, SamplingParams
+    from wedlm.engine import runner as runner_module
+
+    module = _profile_module()
+    llm = LLM(str(tiny_wedlm), enforce_eager=True, enable_prefix_caching=False)
+    before = runner_module.forward_logits
+    params = SamplingParams(temperature=0.0, max_tokens=12, decoding="wedlm", ignore_eos=True)
+    prompts = [[5, 6, 7, 8], [9, 10, 11]]
+    _, _, expected = module._run(llm, prompts, params)
+    timed = module._TimedForward(llm.engine.runner)
+    with timed:
+        _, _, answers = module._run(llm, prompts, params)
+    assert answers == expected and timed.seconds > 0  # the real forward ran, timed
+    host = module._host_work(llm, prompts, params, runs=2)
+    assert runner_module.forward_logits is before and llm.engine.runner.compiled is None
+    assert 0 < host["host work, forward replayed"] < 1e6 and 0 < host["host work"] < 1e6
+    with timed:  # a replay that runs out fails its requests' forward: no answer, as the engine fails one
+        timed.replay = []
+        _, _, answers = module._run(llm, prompts, params)
+    assert answers == [[], []] and runner_module.forward_logits is before
+
+
+def test_host_work_rows(capsys):
+    module = _profile_module()
+    module.print_host_work([{"host work": 250.4, "host work, forward replayed": 148.0},
+                            {"host work": 300.0, "host work, forward replayed": None}])
+    out = capsys.readouterr().out
+    assert "| host work (step less its forward calls) | 250 | 300 |" in out
+    assert "| host work, forward replayed (warm caches) | 148 | - |" in out
+    assert module._pooled([3.0, 1.0], min) == 1.0 and module._pooled([3.0, None], min) is None
