@@ -103,7 +103,8 @@ def test_direct_calls_run_the_generated_code(compiled_llm):
 
 def test_guards_read_the_call_not_the_modules(compiled_llm):
     """An engine's graphs keep dynamo's guards on the call's inputs and the global state, and
-    none on the model's modules, the KV cache's tensors or module globals (`_guards_kept`)."""
+    none on the model's modules, the KV cache's tensors, module globals or the metadata object's
+    own attributes shadowing its methods (`_guards_kept`)."""
     compiled = compiled_llm.engine.runner.compiled
     generate(compiled_llm, 4)
     assert compiled._direct
@@ -111,6 +112,8 @@ def test_guards_read_the_call_not_the_modules(compiled_llm):
         guards = str(direct.guard_manager)
         assert "L['input_ids']" in guards and "GLOBAL_STATE" in guards
         assert "G['" not in guards and "kv_cache" not in guards and "_modules" not in guards
+        # the metadata object's own dict is not searched for its class's method names
+        assert "TYPE_MATCH: ___check_type_id(L['attn']" in guards and "___dict_contains" not in guards
 
 
 def test_matmul_weights_are_no_graph_inputs(compiled_llm):
