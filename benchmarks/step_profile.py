@@ -124,13 +124,15 @@ def _record_shapes(runner) -> list:
 
 class _TimedForward:
     """Stands in for the runner's forward (`runner.compiled`, or `forward_logits` when eager):
-    calls it and adds up the seconds its calls take (`seconds`), or, once `replay` holds outputs,
-    returns those in order instead of calling it (each a fresh copy, made before the run)."""
+    calls it and adds up the seconds its calls take (`seconds`; on a GPU until its work is done),
+    or, once `replay` holds outputs, returns those in order instead of calling it."""
 
     def __init__(self, runner) -> None:
+        import torch
+
         from wedlm.engine import runner as runner_module
 
-        self.runner, self.module = runner, runner_module
+        self.runner, self.module, self.synchronize = runner, runner_module, torch.cuda.synchronize
         self.inner = runner.compiled or runner_module.forward_logits
         self.seconds, self.record, self.replay = 0.0, None, None
 
@@ -154,6 +156,8 @@ class _TimedForward:
             return self.replay.pop()
         start = time.perf_counter()
         out = self.inner(*args)
+        if out[0].device.type == "cuda":  # else the wait lands in the host's first read of the outputs
+            self.synchronize()
         self.seconds += time.perf_counter() - start
         if self.record is not None:
             self.record.append(tuple(t.clone() for t in out))
@@ -175,7 +179,10 @@ def _run(llm, prompts, params) -> tuple[int, float, list[list[int]]]:
 def _host_work(llm, prompts, params, runs: int) -> dict:
     """The step's host work (`Engine.step` less the forward calls), in microseconds per step: the
     median over `runs` runs with the real forward, and over as many with the forward replayed from
-    a recording (None when the replayed answers differ from the recorded ones)."""
+    a recording (None when the replayed answers differ from the recorded ones, as they would if
+    anything changed the recorded outputs in place). A forward that asks for no logits (an eager
+    prefill chunk) is not the runner's forward call: it counts as host work and runs in the replay
+    too; the profile's prompts fit in one step."""
     with _TimedForward(llm.engine.runner) as forward:
         forward.record = []
         _, _, expected = _run(llm, prompts, params)
@@ -185,7 +192,7 @@ def _host_work(llm, prompts, params, runs: int) -> dict:
             forward.seconds = 0.0
             steps, seconds, _ = _run(llm, prompts, params)
             cold.append(1e6 * (seconds - forward.seconds) / steps)
-            forward.replay = [tuple(t.clone() for t in out) for out in reversed(recorded)]
+            forward.replay = list(reversed(recorded))
             steps, seconds, answers = _run(llm, prompts, params)
             forward.replay = None
             warm.append(1e6 * seconds / steps if answers == expected else None)

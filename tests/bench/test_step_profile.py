@@ -1,4 +1,5 @@
-"""benchmarks/step_profile.py's floor: FLOPs and bytes of a step, the recorded shapes, the floor rows."""
+"""benchmarks/step_profile.py's floor (FLOPs and bytes of a step, the recorded shapes, the floor rows)
+and its host work (the step less its forward calls, and with the forward replayed)."""
 
 import importlib.util
 import json
@@ -68,9 +69,12 @@ def test_host_work_with_the_forward_timed_and_replayed(tiny_wedlm):
     with timed:
         _, _, answers = module._run(llm, prompts, params)
     assert answers == expected and timed.seconds > 0  # the real forward ran, timed
+    steps, seconds, _ = module._run(llm, prompts, params)
     host = module._host_work(llm, prompts, params, runs=2)
     assert runner_module.forward_logits is before and llm.engine.runner.compiled is None
     assert 0 < host["host work, forward replayed"] < 1e6 and 0 < host["host work"] < 1e6
+    # the forward calls are taken out: well under a whole step (the forward is most of an eager one)
+    assert host["host work"] < 0.9 * 1e6 * seconds / steps
     with timed:  # a replay that runs out fails its requests' forward: no answer, as the engine fails one
         timed.replay = []
         _, _, answers = module._run(llm, prompts, params)
