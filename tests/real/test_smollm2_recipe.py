@@ -30,6 +30,9 @@ def test_recipe_smoke(tmp_path, capsys):
     results = json.loads((out / "results.json").read_text())
     for stage in ("before", "after"):
         assert results[stage]["verified"]["same_as_ar"] == results[stage]["verified"]["answers"] == 2
-        assert results[stage]["wedlm"]["tokens_per_forward"] >= 1.0
+        # a measured figure, not a target: a mask head one SFT step old may fill far slots with
+        # the stop token (Algorithm 1's stops), which ends an answer at its first token in two
+        # forwards (0.5 a forward); a window commits at most 2 W = 32 tokens a forward
+        assert 0 < results[stage]["wedlm"]["tokens_per_forward"] <= 32
     assert json.loads((out / "sft" / "final" / "config.json").read_text())["wedlm_training"]["steps"] == 1
     assert "| after 1 SFT steps |" in capsys.readouterr().out
