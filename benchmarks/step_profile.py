@@ -233,28 +233,18 @@ def profile(model: str, batch: int, max_tokens: int, decoding: str, compiled: bo
         llm.generate(group, warm)
     walls = []  # without the profiler: the honest wall time of a step, `wall_runs` times
     for run in range(wall_runs):
-        for p in prompts:
-            llm.add_request(p, params)
         if run == 0:  # the first run's forwards give the floor
             prepare = llm.engine.runner.prepare
             shapes = _record_shapes(llm.engine.runner)
-        steps, start = 0, time.perf_counter()
-        while llm.has_unfinished():
-            llm.step()
-            steps += 1
-        walls.append(1e6 * (time.perf_counter() - start) / max(steps, 1))
+        steps, seconds, _ = _run(llm, prompts, params)
+        walls.append(1e6 * seconds / max(steps, 1))
         if run == 0:
             floor = _floor(llm, shapes, steps)
             llm.engine.runner.prepare = prepare
     host = _host_work(llm, prompts, params, wall_runs)
-    for p in prompts:
-        llm.add_request(p, params)
     prof = cProfile.Profile()
-    steps = 0
     prof.enable()
-    while llm.has_unfinished():
-        llm.step()
-        steps += 1
+    steps, _, _ = _run(llm, prompts, params)
     prof.disable()
     stats = pstats.Stats(prof).stats
     out = {"steps": steps, "step wall, no profiler": min(walls), "walls": walls, **floor, **host}
