@@ -16,7 +16,8 @@
 // 6 rows x 4 zmm over 64-column panels read every weight three times (6 + 5 + 5 rows), the first
 // pass waiting on L3 and the others on the FMA units, and took 1.4x the time of the whole model's
 // matmuls at 16 rows on a Xeon with AMX (1.5x at 8). With AVX2's 16 registers a tile is 6 rows x
-// 2 ymm (12 accumulators). One row reads 64 columns at once (four panels, as four streams): FMA
+// 2 ymm (12 accumulators), so a panel is read in blocks of up to 6 rows; the blocks after the first,
+// which read it from L1, bring the next panel into L2 meanwhile (`Fetch`). One row reads 64 columns at once (four panels, as four streams): FMA
 // chains enough to cover the FMA latency. Each y[m, n] is thus one FMA chain over k in order, the
 // order oneDNN's brgemm kernel also uses when K fits one of its blocks (K <= 512 here): the
 // shipped model's results are bit-identical to oneDNN's (`test_native.py`), on any vector width.
@@ -54,22 +55,39 @@ constexpr int64_t ROW_COLUMNS = LANES == 4 ? 32 : 64;
 // within noise).
 constexpr int64_t AHEAD = 64;
 
+// What a tile asks the caches for while it reads its panel:
+// - AHEAD_L1: the first block over a panel asks for row k + AHEAD of what it reads (into L1).
+// - NEXT_L2: a later block, which reads the panel from L1, asks for one of its share of the next
+//   panel's rows into L2 every `period` rows it reads (the blocks after the first split the next
+//   panel's rows by remainder). With AVX2's 6-row tiles a 16-row window reads each panel in three
+//   blocks; the first then found its panel in L2 instead of L3. The whole `wedlm` step on the
+//   shipped model took 0.88-0.91x the time on a Zen 3 core (one answer per variant in turn, 200
+//   answers); into L1 instead, 0.89x in a noisier run, and two panels ahead 0.93x.
+enum class Fetch { NONE, AHEAD_L1, NEXT_L2 };
+
 // y[0:MR, n0:n0 + NV LANES] = x[0:MR, :] @ the columns at w (+ bias[n0:...]): vector v of row k at
 // w + k PANEL + (v / PANEL_VECTORS) K PANEL + (v % PANEL_VECTORS) LANES, so NV vectors may span
 // several panels. x: the block's rows, x[k MR + r] when `PACK_X`, else x[r K + k]; y's rows are N
 // floats apart.
-template <int MR, int NV, bool FETCH>
+// `next`, `period`: the first next-panel row this tile asks for, and every how many rows (NEXT_L2).
+template <int MR, int NV, Fetch FETCH>
 void tile(const float* x, int64_t K, const float* w, const float* bias, float* y, int64_t N,
-          int64_t n0) {
+          int64_t n0, const float* next = nullptr, int64_t period = 1) {
+  int64_t countdown = period;
   vf acc[MR][NV];
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) acc[r][v] = splat(0.f);
   for (int64_t k = 0; k < K; ++k, w += PANEL) {
-    if (FETCH)  // one cache line (16 floats) of each panel the tile reads
+    if (FETCH == Fetch::AHEAD_L1)  // one cache line (16 floats) of each panel the tile reads
 #pragma GCC unroll 16
       for (int v = 0; v < NV; v += PANEL_VECTORS) __builtin_prefetch(w + AHEAD * PANEL + (v / PANEL_VECTORS) * K * PANEL);
+    if (FETCH == Fetch::NEXT_L2 && --countdown == 0) {  // one line of the next panel, into L2
+      countdown = period;
+      __builtin_prefetch(next, 0, 2);
+      next += period * PANEL;
+    }
     vf b[NV];
 #pragma GCC unroll 16
     for (int v = 0; v < NV; ++v)
@@ -92,13 +110,13 @@ void tile(const float* x, int64_t K, const float* w, const float* bias, float* y
 }
 
 // One tile of `rows` (1 to MAX_ROWS) rows: tile<MR> for MR = rows, found by counting up.
-template <int NV, bool FETCH, int MR = 1>
+template <int NV, Fetch FETCH, int MR = 1>
 void tile_of(int64_t rows, const float* x, int64_t K, const float* w, const float* bias, float* y, int64_t N,
-             int64_t n0) {
+             int64_t n0, const float* next = nullptr, int64_t period = 1) {
   if constexpr (MR < MAX_ROWS) {
-    if (rows > MR) return tile_of<NV, FETCH, MR + 1>(rows, x, K, w, bias, y, N, n0);
+    if (rows > MR) return tile_of<NV, FETCH, MR + 1>(rows, x, K, w, bias, y, N, n0, next, period);
   }
-  tile<MR, NV, FETCH>(x, K, w, bias, y, N, n0);
+  tile<MR, NV, FETCH>(x, K, w, bias, y, N, n0, next, period);
 }
 
 // M rows go in blocks of at most `most` (MAX_ROWS for float32 tiles), as even as they go (16 rows
@@ -194,18 +212,22 @@ struct PackedRows {
   }
 };
 
-// Columns n0..n0 + NV LANES (at w) of rows 0..M-1 (x as `tile` reads it), a row block at a time;
-// the first block prefetches.
+// Columns n0..n0 + NV LANES (at w) of rows 0..M-1 (x as `tile` reads it), a row block at a time:
+// the first block prefetches ahead in its panel, the others the next panel (if any: `Fetch`).
 template <int NV>
 void row_blocks(const float* x, int64_t M, int64_t K, const float* w, const float* bias, float* y, int64_t N,
                 int64_t n0) {
   const int64_t blocks = block_count(M);
+  const bool next_panel = n0 + PANEL < N;  // NV LANES = PANEL: one panel a tile
   for (int64_t b = 0, m = 0; b < blocks; ++b) {
     const int64_t rows = block_rows(M, blocks, b);
     if (b == 0) {
-      tile_of<NV, true>(rows, x + m * K, K, w, bias, y + m * N, N, n0);
+      tile_of<NV, Fetch::AHEAD_L1>(rows, x + m * K, K, w, bias, y + m * N, N, n0);
+    } else if (next_panel) {
+      tile_of<NV, Fetch::NEXT_L2>(rows, x + m * K, K, w, bias, y + m * N, N, n0, w + K * PANEL + (b - 1) * PANEL,
+                                  blocks - 1);
     } else {
-      tile_of<NV, false>(rows, x + m * K, K, w, bias, y + m * N, N, n0);
+      tile_of<NV, Fetch::NONE>(rows, x + m * K, K, w, bias, y + m * N, N, n0);
     }
     m += rows;
   }
@@ -218,7 +240,7 @@ void columns(const float* x, int64_t M, int64_t K, const float* packed, int64_t 
   int64_t n0 = c0;
   if (M == 1)
     for (; n0 + ROW_COLUMNS <= c1; n0 += ROW_COLUMNS)
-      tile<1, ROW_COLUMNS / LANES, true>(x, K, packed + n0 * K, bias, y, N, n0);
+      tile<1, ROW_COLUMNS / LANES, Fetch::AHEAD_L1>(x, K, packed + n0 * K, bias, y, N, n0);
   for (; n0 < c1; n0 += PANEL) row_blocks<PANEL_VECTORS>(x, M, K, packed + n0 * K, bias, y, N, n0);
 }
 
