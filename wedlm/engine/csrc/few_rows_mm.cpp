@@ -62,7 +62,7 @@ constexpr int64_t AHEAD = 64;
 //   panel's rows by remainder). With AVX2's 6-row tiles a 16-row window reads each panel in three
 //   blocks; the first then found its panel in L2 instead of L3. The whole `wedlm` step on the
 //   shipped model took 0.88-0.91x the time on a Zen 3 core (one answer per variant in turn, 200
-//   answers); into L1 instead, 0.89x in a noisier run, and two panels ahead 0.93x.
+//   answers). Two panels ahead: 0.93x; into L1: 0.89x where L2 gave 0.78x (a noisier run).
 enum class Fetch { NONE, AHEAD_L1, NEXT_L2 };
 
 // y[0:MR, n0:n0 + NV LANES] = x[0:MR, :] @ the columns at w (+ bias[n0:...]): vector v of row k at
