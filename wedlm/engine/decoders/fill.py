@@ -66,6 +66,21 @@ def fill_scores(logits: torch.Tensor, params: SamplingParams, distances: Seq[int
     return probs, ent + lam * dist
 
 
+def fill_reach(params: SamplingParams) -> int | None:
+    """The farthest distance d (in slots from the leftmost mask) at which a mask can be filled
+    this step, or None when any can. With tau set, the leftmost fallback and lambda > 0, a mask
+    whose penalty alone exceeds tau by more than the entropy tolerance (lambda * d - tau >
+    `ENTROPY_ATOL` + `ENTROPY_RTOL` * |tau|) never scores below tau: its entropy is >= 0. Its row
+    then changes no decision, and since masks are fed after every filled slot in ascending position
+    (section 4.1), dropping it from the forward changes no other row's logits under the causal mask.
+    The argmin fallback (or tau = None) may pick any mask, and tau = inf passes every one: no
+    bound."""
+    tau, lam = params.wedlm_entropy_threshold, params.wedlm_pos_penalty_factor
+    if tau is None or math.isinf(tau) or params.wedlm_fallback != "leftmost" or lam <= 0:
+        return None
+    return max(0, math.floor((tau + ENTROPY_ATOL + ENTROPY_RTOL * abs(tau)) / lam))
+
+
 def _decides(adjusted: list[float], params: SamplingParams) -> bool:
     """Whether the exact scores take the decisions these do (`ENTROPY_RTOL`, `ENTROPY_ATOL`):
     each farther than the tolerance from tau, and, when none passes and the fill may take the

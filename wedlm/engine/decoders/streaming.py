@@ -44,13 +44,16 @@ from ..request import Sequence
 from ..sampling import RowScores
 from .base import Decoder, StepResult, WindowPlan
 from .constrain import fill_in_order
-from .fill import argmin, below_tau, draw_rows, fill_scores
+from .fill import argmin, below_tau, draw_rows, fill_reach, fill_scores
 
 
-def plan_filled_first(seq: Sequence, mask_id: int, leftmost_from_ar: bool = False) -> WindowPlan:
+def plan_filled_first(seq: Sequence, mask_id: int, leftmost_from_ar: bool = False,
+                      reach: int | None = None) -> WindowPlan:
     """Reorder seq.window filled-first, then masks, each by ascending position (section 4.1).
 
-    The logits asked for are the masks', in slot order (`row_slots`). With
+    The logits asked for are the masks', in slot order (`row_slots`). Masks more than `reach`
+    slots right of the leftmost one (`fill.fill_reach`) are not fed: they stay [MASK] in the
+    window, cost no forward rows, and change no other row's logits. With
     `leftmost_from_ar`, slot k (after a leading filled run of k slots: the leftmost mask,
     or, when the whole window is filled, the first slot after it, k = W) takes the AR
     head's row instead of a mask row: the last slot of that run (physical row k - 1, the
@@ -61,6 +64,8 @@ def plan_filled_first(seq: Sequence, mask_id: int, leftmost_from_ar: bool = Fals
     base = len(seq.tokens)
     filled = [i for i, t in enumerate(seq.window) if t is not None]
     masks = [i for i, t in enumerate(seq.window) if t is None]
+    if reach is not None and masks:  # masks beyond it cannot be filled this step (`fill_reach`)
+        masks = [i for i in masks if i - masks[0] <= reach]
     ids = [seq.window[i] for i in filled] + [mask_id] * len(masks)
     positions = [base + i for i in filled + masks]
     rows = list(range(len(filled), len(ids)))
@@ -133,7 +138,8 @@ class StreamingDecoder(Decoder):
         seq.window = [None] * min(seq.window_size, seq.budget_left)
 
     def plan(self, seq: Sequence) -> WindowPlan:
-        return plan_filled_first(seq, self.mask_token_id, seq.params.wedlm_stop_by_ar)
+        reach = fill_reach(seq.params) if getattr(seq, "grammar", None) is None else None
+        return plan_filled_first(seq, self.mask_token_id, seq.params.wedlm_stop_by_ar, reach)
 
     def update(self, seq: Sequence, plan: WindowPlan, logits: torch.Tensor,
                argmax: list[int], scores: RowScores | None = None) -> StepResult:
