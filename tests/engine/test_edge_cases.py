@@ -122,3 +122,24 @@ def test_top_p_zero_decodes_like_greedy(llm, decoding):
                                  ignore_eos=True)
         assert llm.generate([PROMPT], nucleus)[0]["token_ids"] == greedy_out
     assert len(greedy_out) == 10
+
+
+def test_a_decoder_that_cannot_plan_fails_its_request_alone(llm, monkeypatch):
+    """A window plan that raises (here: for requests of max_tokens 7) ends that request with its
+    error; the request beside it decodes as it does alone, and every KV block comes back."""
+    from wedlm.engine.decoders.streaming import StreamingDecoder
+
+    plan = StreamingDecoder.plan
+
+    def failing(self, seq):
+        if seq.params.max_tokens == 7:
+            raise OverflowError("cannot convert float infinity to integer")
+        return plan(self, seq)
+
+    alone = llm.generate([PROMPT], greedy("wedlm"))[0]
+    monkeypatch.setattr(StreamingDecoder, "plan", failing)
+    out = llm.generate([PROMPT, PROMPT], [greedy("wedlm", max_tokens=7), greedy("wedlm")])
+    assert out[0]["finish_reason"] == "abort"
+    assert out[0]["error"] == "decoder failed to plan its window: cannot convert float infinity to integer"
+    assert out[1]["token_ids"] == alone["token_ids"] and len(alone["token_ids"]) == 16
+    assert llm.engine.block_manager.num_free == llm.engine.block_manager.num_blocks

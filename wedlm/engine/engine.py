@@ -248,17 +248,26 @@ class Engine:
         if not out.scheduled:
             return deltas
         self._fit_windows(out.scheduled)
-        plans = [self.decoders[s.seq.params.decoding].plan(s.seq) if s.with_window else None
-                 for s in out.scheduled]
-        items = [self._forward_item(s, p) for s, p in zip(out.scheduled, plans)]
+        scheduled, plans = [], []
+        for s in out.scheduled:
+            try:
+                plan = self.decoders[s.seq.params.decoding].plan(s.seq) if s.with_window else None
+            except Exception as err:  # a decoder that cannot plan fails its request, never the step
+                deltas.append(self._fail(s.seq, f"decoder failed to plan its window: {err}"))
+                continue
+            scheduled.append(s)
+            plans.append(plan)
+        if not scheduled:
+            return deltas
+        items = [self._forward_item(s, p) for s, p in zip(scheduled, plans)]
         try:
             results = self.runner.run(items)
         except EngineDeadError:  # a tensor-parallel rank is gone: no request can run any more
             raise
         except Exception as err:  # a failed forward fails its requests, never the engine
-            return deltas + [self._fail(s.seq, f"forward failed: {err}") for s in out.scheduled]
+            return deltas + [self._fail(s.seq, f"forward failed: {err}") for s in scheduled]
         now = time.perf_counter()
-        for item, plan, result in zip(out.scheduled, plans, results):
+        for item, plan, result in zip(scheduled, plans, results):
             delta = self._apply(item, plan, result, now)
             if delta is not None:
                 deltas.append(delta)
