@@ -16,11 +16,12 @@
 // 6 rows x 4 zmm over 64-column panels read every weight three times (6 + 5 + 5 rows), the first
 // pass waiting on L3 and the others on the FMA units, and took 1.4x the time of the whole model's
 // matmuls at 16 rows on a Xeon with AMX (1.5x at 8). With AVX2's 16 registers a tile is 6 rows x
-// 2 ymm (12 accumulators), so a panel is read in blocks of up to 6 rows; the blocks after the first,
-// which read it from L1, bring the next panel into L2 meanwhile (`Fetch`). One row reads 64 columns at once (four panels, as four streams): FMA
-// chains enough to cover the FMA latency. Each y[m, n] is thus one FMA chain over k in order, the
-// order oneDNN's brgemm kernel also uses when K fits one of its blocks (K <= 512 here): the
-// shipped model's results are bit-identical to oneDNN's (`test_native.py`), on any vector width.
+// 2 ymm (12 accumulators), so a panel is read in blocks of up to 6 rows; the blocks after the
+// first, which read it from L1, bring the next panel into L2 meanwhile (`Fetch`). One row reads 64
+// columns at once (four panels, as four streams): FMA chains enough to cover the FMA latency.
+// Each y[m, n] is thus one FMA chain over k in order, the order oneDNN's brgemm kernel also uses
+// when K fits one of its blocks (K <= 512 here): the shipped model's results are bit-identical to
+// oneDNN's (`test_native.py`), on any vector width.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -62,7 +63,8 @@ constexpr int64_t AHEAD = 64;
 //   panel's rows by remainder). With AVX2's 6-row tiles a 16-row window reads each panel in three
 //   blocks; the first then found its panel in L2 instead of L3. The whole `wedlm` step on the
 //   shipped model took 0.88-0.91x the time on a Zen 3 core (one answer per variant in turn, 200
-//   answers). Two panels ahead: 0.93x; into L1: 0.89x where L2 gave 0.78x (a noisier run).
+//   answers). Two panels ahead: 0.93x; into L1: 0.89x where L2 gave 0.78x (a noisier run). AVX2
+//   builds only (`row_blocks`).
 enum class Fetch { NONE, AHEAD_L1, NEXT_L2 };
 
 // y[0:MR, n0:n0 + NV LANES] = x[0:MR, :] @ the columns at w (+ bias[n0:...]): vector v of row k at

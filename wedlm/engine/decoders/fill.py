@@ -72,11 +72,10 @@ def fill_reach(params: SamplingParams) -> int | None:
     whose penalty alone exceeds tau by more than the entropy tolerance (lambda * d - tau >
     `ENTROPY_ATOL` + `ENTROPY_RTOL` * |tau|) never scores below tau: its entropy is >= 0. Its row
     then changes no decision, and since masks are fed after every filled slot in ascending position
-    (section 4.1), dropping it from the forward changes no other row's logits under the causal mask
-    (the same operations on the same values; a kernel that blocks by row count, as a compiled CPU
-    step crossing `fast_model.FEW_ROWS_MAX` rows or a GPU GEMM may, can round them differently, as
-    batching other requests does).
-    The argmin fallback (or tau = None) may pick any mask, and tau = inf passes every one: no
+    (section 4.1), dropping it from the forward changes no other row's logits under the causal mask:
+    the same operations on the same values, though a kernel whose blocking follows the row count
+    may round them differently, as batching does (a compiled CPU step crossing
+    `fast_model.FEW_ROWS_MAX` rows, GPU GEMMs). The argmin fallback (or tau = None) may pick any mask, and tau = inf passes every one: no
     bound (nor where tau / lambda overflows a float, e.g. lambda = 1e-320)."""
     tau, lam = params.wedlm_entropy_threshold, params.wedlm_pos_penalty_factor
     if tau is None or params.wedlm_fallback != "leftmost" or lam <= 0:
