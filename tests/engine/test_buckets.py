@@ -28,11 +28,16 @@ def test_step_shape():
 
 def test_step_shape_exact_keys_and_rows():
     """`exact` (a CPU graph on column panels): keys and logit rows as they are, at least 2; rows past
-    FEW_ROWS_MAX are bucketed as before; tokens, batch and queries, and the one-token step, as before."""
+    FEW_ROWS_MAX are bucketed as before; one sequence's tokens (its queries) as they are up to
+    FEW_ROWS_MAX; several sequences' tokens, batch and queries, and the one-token step, as before."""
     from wedlm.engine.buckets import FEW_ROWS_MAX
 
     assert StepShape.of(16, 1, 16, 150, 13, exact=True) == StepShape(16, 1, 16, 150, 13)
-    assert StepShape.of(17, 1, 17, 530, 0, exact=True) == StepShape(24, 1, 24, 530, 2)
+    assert StepShape.of(17, 1, 17, 530, 0, exact=True) == StepShape(17, 1, 17, 530, 2)
+    assert StepShape.of(12, 1, 12, 90, 11, exact=True) == StepShape(12, 1, 12, 90, 11)
+    assert StepShape.of(FEW_ROWS_MAX, 1, FEW_ROWS_MAX, 300, 1, exact=True).tokens == FEW_ROWS_MAX
+    assert StepShape.of(FEW_ROWS_MAX + 1, 1, FEW_ROWS_MAX + 1, 300, 1, exact=True) == StepShape(320, 1, 320, 300, 2)
+    assert StepShape.of(12, 2, 6, 90, 2, exact=True) == StepShape(16, 2, 8, 90, 2)
     assert StepShape.of(2, 2, 1, 1, 1, exact=True) == StepShape(2, 2, 1, 2, 2)
     assert StepShape.of(300, 30, 10, 700, FEW_ROWS_MAX, exact=True).rows == FEW_ROWS_MAX
     assert StepShape.of(300, 30, 10, 700, FEW_ROWS_MAX + 1, exact=True).rows == 320

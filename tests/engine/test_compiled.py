@@ -404,11 +404,52 @@ def test_one_sequences_inputs_in_one_call_are_the_numpy_builds(compiled_llm):
     assert len(calls) == 60
 
 
+def test_one_tokens_inputs_in_one_call_are_the_numpy_builds(compiled_llm):
+    """A one-token step of one sequence (batch-1 `ar`) takes its inputs from the same C++ call,
+    unpadded and without prefix lengths: the numpy build's tensors, exactly its keys and no
+    visibility (the one-query kernel reads every key given), with or without its logit row."""
+    import random
+
+    import torch
+
+    from wedlm.engine.runner import ForwardItem
+
+    runner = compiled_llm.engine.runner
+    calls = []
+    one = runner._prepare_one
+    runner._prepare_one = lambda *args: calls.append(args[-1]) or one(*args)
+    rng = random.Random(5)
+    bs = runner.kv_cache.block_size
+    try:
+        for ctx in [0, 1, 5, 62, 63, 64, 65, 200] + [rng.randrange(400) for _ in range(22)]:
+            table = rng.sample(range(runner.pad_slot // bs), -(-(ctx + 1) // bs) + rng.randint(0, 2))
+            rows = [0] if ctx % 7 else []
+            item = ForwardItem([rng.randrange(100)], [ctx], table, ctx, rows)
+            got = runner.prepare([item])
+            runner.one_call_inputs = False
+            try:
+                want = runner.prepare([item])
+            finally:
+                runner.one_call_inputs = True
+            assert got.num_rows == want.num_rows == len(rows)
+            assert tuple(got.attn.kv_slots.shape) == (1, ctx + 1)
+            for name in ("input_ids", "positions", "logit_rows"):
+                a, b = getattr(got, name), getattr(want, name)
+                assert a.dtype == b.dtype == torch.int64 and torch.equal(a, b), name
+            for name in ("slot_mapping", "kv_slots", "q_index", "t_index", "mask", "key_ends"):
+                a, b = getattr(got.attn, name), getattr(want.attn, name)
+                assert (a is None) == (b is None) and (a is None or (a.dtype == b.dtype and torch.equal(a, b))), name
+            assert got.attn.mask is None and got.attn.key_ends is None
+        assert calls == [True] * 30
+    finally:
+        del runner._prepare_one
+
+
 def test_batch1_one_query_step_on_a_cpu_has_exact_keys_and_no_mask(compiled_llm):
     """A compiled CPU step of one token of one sequence pads nothing: its keys are exactly the
     cached rows plus the new one (no multiple of 64) and it carries no mask, as eager mode; a
-    window step keeps its token buckets and its causal mask (as prefix lengths for the C++
-    kernel)."""
+    window step keeps its causal mask (as prefix lengths for the C++ kernel), and its token
+    buckets unless the C++ kernels take any count."""
     from wedlm.engine.runner import ForwardItem
 
     runner = compiled_llm.engine.runner
@@ -420,15 +461,46 @@ def test_batch1_one_query_step_on_a_cpu_has_exact_keys_and_no_mask(compiled_llm)
     assert prepared.input_ids.tolist() == [7] and prepared.logit_rows.tolist() == [0]
     window = ForwardItem([7, 3, 3], [70, 71, 72], list(range(20)), context_len=70, logit_rows=[0, 1, 2])
     padded = runner.prepare([window])
-    # keys in buckets of 64, or exactly the 73 where the C++ kernels take any count (`StepShape.of`)
-    keys = 73 if runner.panel_weights else 128
+    # keys in buckets of 64 and tokens in buckets (4), or exactly the 73 keys and 3 tokens where
+    # the C++ kernels take any count (`StepShape.of`)
+    keys, tokens = (73, 3) if runner.panel_weights else (128, 4)
     assert tuple(padded.attn.kv_slots.shape) == (1, keys)
     if runner.key_ends:
-        assert padded.attn.mask is None and padded.attn.key_ends.tolist() == [[71, 72, 73, keys]]
+        assert padded.attn.mask is None and padded.attn.key_ends.tolist() == [[71, 72, 73, keys][:tokens]]
     else:
         assert padded.attn.mask is not None and padded.attn.key_ends is None
     # a chunk that asks no logits runs the same graph, its logit rows all padding
     chunk = runner.prepare([ForwardItem([7, 3, 3], [70, 71, 72], list(range(20)), context_len=70, logit_rows=[])])
     assert chunk.num_rows == 0 and chunk.logit_rows.tolist() == [0, 0]
     assert (chunk.attn.key_ends is not None) == runner.key_ends == (chunk.attn.mask is None)
-    assert padded.input_ids.shape[0] == 4
+    assert padded.input_ids.shape[0] == tokens
+
+
+def test_one_sequences_logits_are_the_same_with_its_tokens_unpadded(compiled_llm, monkeypatch):
+    """Where the C++ kernels take any count, a window of one sequence runs its tokens as they are
+    (`StepShape.of(..., exact=True)`): every real row's logits equal, bit for bit, those of the
+    same window padded to its token bucket, since each row is computed alone in those kernels."""
+    import torch
+
+    from wedlm.engine import runner as runner_module
+    from wedlm.engine.buckets import StepShape, bucket
+    from wedlm.engine.runner import ForwardItem
+
+    runner = compiled_llm.engine.runner
+    if not runner.panel_weights:
+        pytest.skip("the engine's C++ operators did not load: tokens stay in buckets")
+    table = list(range(40))
+    for n, ctx in [(3, 70), (5, 0), (6, 33), (12, 90)]:
+        item = ForwardItem([(7 * j) % 50 + 4 for j in range(n)], list(range(ctx, ctx + n)), table, ctx,
+                           list(range(n - 1)))
+        exact = runner.prepare([item])
+        assert exact.input_ids.shape[0] == n
+        got = runner.execute([item], exact)[0].logits.clone()
+        with monkeypatch.context() as m:
+            m.setattr(runner_module.StepShape, "of", classmethod(
+                lambda cls, tokens, batch, queries, keys, rows, exact=False:
+                StepShape(bucket(tokens), 1, bucket(tokens), max(keys, 2), max(rows, 2))))
+            padded = runner.prepare([item])
+            assert padded.input_ids.shape[0] == bucket(n) > n
+            want = runner.execute([item], padded)[0].logits.clone()
+        assert got.shape == want.shape == (n - 1, got.shape[1]) and torch.equal(got, want)

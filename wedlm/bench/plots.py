@@ -156,7 +156,8 @@ def plot_peer(result: dict, path: Path) -> None:
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(tasks))], tasks)
     ax.set_ylabel("speed-up over llama.cpp (wall clock)")
     ax.set_title(f"Batch 1, {result['config']['threads']} thread(s), same weights (llama.cpp {result['llama_cpp']})")
-    ax.legend(fontsize=7)
+    # below the axes: inside them it covered the tallest bars
+    ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.08))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -71,15 +71,21 @@ class StepShape:
         (compiled one-slot forward over 512 cached tokens, random 29M / 158M shapes, fp32:
         14.7 / 71.7 ms padded, 10.6 / 38.9 ms with one token; docs/engine.md, "oneDNN matmuls").
 
-        `exact`: keys and logit rows up to `FEW_ROWS_MAX` stay as they are (at least 2), for a
-        graph that is dynamic in both and whose kernels take any count (a CPU graph over the
-        engine's C++ operators, its matmuls on column panels): padded logit rows are lm_head rows
-        computed for nothing, padded keys attention work (a batch-1 `wedlm` answer of 300
-        numbers took 0.96-0.97x the time unpadded, same tokens, one graph)."""
+        `exact`: keys and logit rows up to `FEW_ROWS_MAX` stay as they are (at least 2), and so do
+        the tokens (and queries) of one sequence, for a graph that is dynamic in them and whose
+        kernels take any count (a CPU graph over the engine's C++ operators, its matmuls on column
+        panels): padded logit rows are lm_head rows computed for nothing, padded keys attention
+        work (a batch-1 `wedlm` answer of 300 numbers took 0.96-0.97x the time unpadded, same
+        tokens, one graph), padded tokens rows of every matmul and queries of attention (a window
+        of 12 fed slots ran as 16; the batch-1 `wedlm` step of 128-token answers took 0.91x the
+        time unpadded). Each output row is computed alone in those kernels, so the real rows'
+        values do not change."""
         b, q = bucket(batch, 1), bucket(queries, 1)
         if b == 1 and q == 1:
             return cls(1, 1, 1, key_bucket(keys), 1)
         if exact:
-            return cls(bucket(tokens), b, q, max(keys, 2),
+            # one sequence of up to FEW_ROWS_MAX tokens: its tokens, which are its queries, as well
+            t = tokens if b == 1 and tokens <= FEW_ROWS_MAX else bucket(tokens)
+            return cls(t, b, t if b == 1 else q, max(keys, 2),
                        max(rows, 2) if rows <= FEW_ROWS_MAX else bucket(rows))
         return cls(bucket(tokens), b, q, key_bucket(keys), bucket(max(rows, 1)))

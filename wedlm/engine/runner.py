@@ -198,12 +198,13 @@ class ModelRunner:
             # one token of one sequence on a CPU (no CUDA graph wants a fixed key count): built
             # unpadded, as in eager mode, so SDPA runs over exactly the real keys with no mask
             # (docs/engine.md, "Compiled forward")
-            if not (shape.batch == shape.queries == 1 and self.device.type == "cpu"):
+            one_token = shape.batch == shape.queries == 1 and self.device.type == "cpu"
+            if not one_token:
                 pad = Padding(shape.tokens, shape.batch, shape.queries, shape.keys, self.pad_slot)
             item = items[0]
-            if (self.one_call_inputs and len(items) == 1 and pad is not None and shape.tokens == shape.queries
+            if (self.one_call_inputs and len(items) == 1 and shape.tokens == shape.queries
                     and len(item.block_table) * self.kv_cache.block_size >= offset + item.context_len):
-                return self._prepare_one(item, shape, num_rows)
+                return self._prepare_one(item, shape, num_rows, one_token)
             ids += [0] * (shape.tokens - offset)
             pos += [0] * (shape.tokens - offset)
             rows += [0] * (shape.rows - num_rows)
@@ -212,15 +213,19 @@ class ModelRunner:
         rows_t = as_tensor(rows, device) if rows else None
         return PreparedForward(as_tensor(ids, device), as_tensor(pos, device), attn, rows_t, num_rows)
 
-    def _prepare_one(self, item: ForwardItem, shape: StepShape, num_rows: int) -> PreparedForward:
+    def _prepare_one(self, item: ForwardItem, shape: StepShape, num_rows: int,
+                     one_token: bool = False) -> PreparedForward:
         """`prepare` of one sequence for a compiled CPU graph with the C++ window attention, whose
         padded tokens are its padded queries: every input in one call of the C++ operator
         `wedlm_cpu::step_inputs`, the same values as the numpy build of `PagedAttention.build`,
-        whose fifteen-odd numpy calls a step each run in caches the weights' stream has swept."""
+        whose fifteen-odd numpy calls a step each run in caches the weights' stream has swept.
+        `one_token`: one token (batch-1 `ar`), built unpadded with no visibility to pass, as the
+        numpy build leaves it: exactly its keys, no prefix lengths."""
+        keys = item.context_len + 1 if one_token else shape.keys
         ids, pos, rows, slots, kv_slots, key_ends = torch.ops.wedlm_cpu.step_inputs(
             item.token_ids, item.positions, item.logit_rows, item.block_table, item.context_len,
-            self.kv_cache.block_size, shape.tokens, shape.keys, shape.rows, self.pad_slot)
-        attn = PagedAttention(self.kv_cache, slots, kv_slots, None, None, None, key_ends)
+            self.kv_cache.block_size, shape.tokens, keys, shape.rows, self.pad_slot)
+        attn = PagedAttention(self.kv_cache, slots, kv_slots, None, None, None, None if one_token else key_ends)
         return PreparedForward(ids, pos, attn, rows, num_rows)
 
     @torch.inference_mode()
