@@ -43,6 +43,7 @@ BAD = [
     ["serve", "--api-key", " "],
     ["serve", "--public-paths", "health"],
     ["serve", "--allowed-hosts", "a b"],
+    ["serve", "--allowed-hosts", ""],
     ["serve", "--max-queued-seqs", "0"],
     ["serve", "--max-seqs-per-request", "many"],
     ["bench", "--tasks", "nosuch"],
@@ -94,6 +95,16 @@ def test_unwritable_output_exits_2_before_the_run(argv, words, capsys, tmp_path,
     code, out, err = run_main([a.replace("{tmp}", str(tmp_path)) for a in argv], capsys)
     assert code == 2 and "Traceback" not in err
     assert f"wedlm {argv[0]}: error: " + words.replace("{tmp}", str(tmp_path)) in err
+
+
+@pytest.mark.parametrize("target, why", [("/no/such/prompt.txt", "No such file or directory"),
+                                         ("{tmp}", "Is a directory"), ("{tmp}/latin1.txt", "not UTF-8")])
+def test_an_unreadable_prompt_file_is_named(target, why, capsys, tmp_path):
+    (tmp_path / "latin1.txt").write_bytes(b"caf\xe9\xff")
+    target = target.replace("{tmp}", str(tmp_path))
+    code, out, err = run_main(["generate", "--file", target], capsys)
+    assert code == 2 and not out and "Traceback" not in err
+    assert f"wedlm generate: error: --file {target}: cannot read it as text ({why}" in err
 
 
 def test_serve_on_a_taken_port_exits_2_before_loading_the_model(capsys, monkeypatch):

@@ -162,7 +162,8 @@ def test_readme_system_message_claim_holds_on_the_shipped_model(capsys):
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[2]
-    assert '`--system "Be brief."` "What is 47 + 38?" comes out `37 + 38 = 80`' in (repo / "README.md").read_text()
+    assert ('`--system "Be brief."` and `--temperature 0` "What is 47 + 38?" comes out `37 + 38 = 80`'
+            in (repo / "README.md").read_text())
     base = ["generate", "--model", str(repo / "models" / "wedlm-tiny"), "--chat", "--temperature", "0"]
     assert main([*base, "What is 47 + 38?"]) == 0
     assert capsys.readouterr().out == "47 + 38 = 85\n"

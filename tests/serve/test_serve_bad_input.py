@@ -125,3 +125,20 @@ def test_unknown_route_and_method_use_the_error_shape(base_url):
     assert missing.status_code == 404 and missing.json()["error"]["type"] == "invalid_request_error"
     wrong = httpx.get(f"{base_url}/v1/completions")
     assert wrong.status_code == 405 and "error" in wrong.json()
+
+
+def test_null_means_the_default_as_in_openais_api(base_url):
+    """A null field is a field not given: `n`, `stream`, `echo`, `ignore_eos`, `wedlm_trace` and
+    `add_generation_prompt` take their defaults (the same answer as without them); a required field
+    that is null is still a 400 naming it."""
+    nulls = {"n": None, "stream": None, "ignore_eos": None, "wedlm_trace": None, "temperature": 0}
+    for path, body, plain in [(CHAT, chat(add_generation_prompt=None, **nulls), chat(temperature=0)),
+                              (COMPLETIONS, completion(echo=None, **nulls), completion(temperature=0))]:
+        got, want = (httpx.post(base_url + path, content=b, headers={"Content-Type": "application/json"}, timeout=60)
+                     for b in (body, plain))
+        assert got.status_code == want.status_code == 200, got.text
+        assert len(got.json()["choices"]) == 1
+        key = "message" if path == CHAT else "text"
+        assert got.json()["choices"][0][key] == want.json()["choices"][0][key]
+    missing = httpx.post(base_url + CHAT, content=chat(messages=None), headers={"Content-Type": "application/json"})
+    assert missing.status_code == 400 and missing.json()["error"]["param"] == "messages"

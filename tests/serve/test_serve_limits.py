@@ -122,6 +122,21 @@ def test_held_sequences_are_capped_with_429_and_retry_after():
         assert again.status_code == 200 and server.admission.held == 0
 
 
+def test_a_request_no_retry_could_admit_is_a_400():
+    """More sequences than `max_queued_seqs` can never be held at once: a 400 naming the field and
+    the limit, not a 429 whose retries would never clear (clients retry 429s by themselves)."""
+    llm, app = fake_app(max_queued_seqs=2, max_seqs_per_request=8)
+    with running_server(app) as url:
+        too_many = post(url, "/v1/completions", {"prompt": "abc", "n": 3, "max_tokens": 2})
+        assert too_many.status_code == 400 and too_many.json()["error"] == {
+            "message": "Invalid value for 'n': 1 prompt(s) x n=3 is 3 sequences; at most 2 per request "
+                       "(max_queued_seqs)", "type": "invalid_request_error", "param": "n", "code": None}
+        batch = post(url, "/v1/completions", {"prompt": ["a", "b", "c"], "max_tokens": 2})
+        assert batch.status_code == 400 and batch.json()["error"]["param"] == "prompt"
+        fits = post(url, "/v1/completions", {"prompt": "xy", "n": 2, "max_tokens": 2})
+        assert fits.status_code == 200 and app.state.server.admission.held == 0
+
+
 def test_refused_and_failed_requests_release_what_they_held():
     llm, app = fake_app(max_queued_seqs=2)
     server = app.state.server

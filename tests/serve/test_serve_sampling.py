@@ -126,6 +126,35 @@ def test_chat_stream_logprobs_equal_non_stream(url, decoding):
     assert {c["choices"][0]["logprobs"]["distribution"] for c in chunks if c["choices"][0]["logprobs"]} == {source}
 
 
+def strict_json(text: str):
+    """`text` parsed as strict JSON: NaN and Infinity (which Python's json module accepts) raise."""
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_an_echoed_mask_token_has_a_finite_logprob(url, library):
+    """[MASK] (id 3) is banned from every output row, so its logprob is -inf; in a response it
+    reads `LOGPROB_FLOOR` (JSON has no -inf), plain and streamed."""
+    from wedlm.serve.logprobs import LOGPROB_FLOOR
+
+    mask = library.engine.mask_token_id
+    prompt = [5, mask, 7]
+    r = httpx.post(url + "/v1/completions", timeout=120, json={"model": NAME, "prompt": prompt, "max_tokens": 1,
+                                                                "temperature": 0, "echo": True, "logprobs": 1})
+    assert r.status_code == 200
+    lp = strict_json(r.text)["choices"][0]["logprobs"]
+    ref = library.generate([prompt], SamplingParams(temperature=0, max_tokens=1, prompt_logprobs=1))[0]
+    assert ref["prompt_logprobs"][1].logprob == float("-inf")
+    assert lp["token_logprobs"][:3] == [None, LOGPROB_FLOOR, pytest.approx(ref["prompt_logprobs"][2].logprob, abs=1e-4)]
+    with httpx.stream("POST", url + "/v1/completions", timeout=120,
+                      json={"model": NAME, "prompt": prompt, "max_tokens": 1, "temperature": 0, "echo": True,
+                            "logprobs": 1, "stream": True}) as s:
+        chunks = [strict_json(line[6:]) for line in s.iter_lines() if line.startswith("data: {")]
+    streamed = [v for c in chunks if c["choices"][0]["logprobs"] for v in c["choices"][0]["logprobs"]["token_logprobs"]]
+    assert streamed[:3] == lp["token_logprobs"][:3]
+
+
 def test_completions_legacy_logprobs_with_echo(url, library):
     prompt = "Tom, Anna,"  # the shipped model ends this raw prompt within 6 tokens
     body = post(url, "/v1/completions", prompt=prompt, max_tokens=6, temperature=0, decoding="ar",

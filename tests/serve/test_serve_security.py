@@ -139,6 +139,8 @@ def test_cors_allow_list():
     ({"public_paths": ("health",)}, "public_paths entries must start with '/', got 'health'"),
     ({"allowed_hosts": ("a b",)}, "allowed_hosts entries must be non-empty names without spaces, got 'a b'"),
     ({"cors_origins": ("",)}, "cors_origins entries must be non-empty names without spaces, got ''"),
+    ({"allowed_hosts": ()}, "allowed_hosts must name at least one host ('*' for any); an empty list would "
+                            "refuse every request"),
 ])
 def test_the_policy_is_checked_once(kwargs, message):
     with pytest.raises(ValueError) as err:

@@ -73,7 +73,11 @@ def read_prompt(args: argparse.Namespace) -> str:
     if args.file is not None and args.prompt is not None:
         raise ValueError("give the prompt as an argument or with --file, not both")
     if args.file is not None:
-        prompt, source = args.file.read_text(), str(args.file)
+        try:
+            prompt, source = args.file.read_text(), str(args.file)
+        except (OSError, UnicodeDecodeError) as err:
+            why = err.strerror if isinstance(err, OSError) else f"not UTF-8: {err.reason}"
+            raise ValueError(f"--file {args.file}: cannot read it as text ({why})") from err
     elif args.prompt == "-":
         prompt, source = sys.stdin.read(), "stdin"
     elif args.prompt is None:

@@ -76,10 +76,9 @@ class StepShape:
         kernels take any count (a CPU graph over the engine's C++ operators, its matmuls on column
         panels): padded logit rows are lm_head rows computed for nothing, padded keys attention
         work (a batch-1 `wedlm` answer of 300 numbers took 0.96-0.97x the time unpadded, same
-        tokens, one graph), padded tokens rows of every matmul and queries of attention (a window
-        of 12 fed slots ran as 16; the batch-1 `wedlm` step of 128-token answers took 0.91x the
-        time unpadded). Each output row is computed alone in those kernels, so the real rows'
-        values do not change."""
+        tokens, one graph), padded tokens rows of every matmul and queries of attention (a `wedlm`
+        window whose fill rule reaches 12 slots ran as 16; docs/engine.md, "Shape buckets"). Each
+        output row is computed alone in those kernels, so the real rows' values do not change."""
         b, q = bucket(batch, 1), bucket(queries, 1)
         if b == 1 and q == 1:
             return cls(1, 1, 1, key_bucket(keys), 1)

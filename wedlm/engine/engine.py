@@ -170,8 +170,11 @@ class Engine:
                                            f"model has no mask_token_id; use decoding='ar'")
         # `ar` feeds no window, so only the decoders that do need room for one in a step
         if DECODER_CLASSES[params.decoding].needs_mask and 2 * window + 1 > self.max_num_batched_tokens:
-            raise RequestError("wedlm_window_size", f"wedlm_window_size={window} needs max_num_batched_tokens >= "
-                                                    f"{2 * window + 1}, got {self.max_num_batched_tokens}")
+            most = (self.max_num_batched_tokens - 1) // 2
+            raise RequestError("wedlm_window_size", f"wedlm_window_size={window} is above this engine's limit of "
+                                                    f"{most}: a step must hold two windows and a token "
+                                                    f"(2 * {window} + 1 > max_num_batched_tokens="
+                                                    f"{self.max_num_batched_tokens})")
         need = self.block_manager.blocks_for(n + params.max_tokens)
         if need > self.block_manager.num_blocks:
             raise RequestError("max_tokens", f"request needs up to {need} KV blocks (prompt {n} + max_tokens "

@@ -188,16 +188,19 @@ class Admission:
         self.held = 0
 
     def check_request(self, prompts: int, n: int) -> None:
-        """400 when one request asks for more than `max_seqs_per_request` sequences.
+        """400 when one request asks for more sequences than `max_seqs_per_request`, or than
+        `max_queued_seqs` (which no retry could admit: a 429 would never clear).
 
         Raises:
             APIError: 400, param "prompt" for a batch of prompts, else "n".
         """
-        seqs, cap = prompts * n, self.limits.max_seqs_per_request
+        seqs = prompts * n
+        cap, name = min((self.limits.max_seqs_per_request, "max_seqs_per_request"),
+                        (self.limits.max_queued_seqs, "max_queued_seqs"))
         if seqs > cap:
             param = "prompt" if prompts > 1 else "n"
             raise bad_request(param, f"Invalid value for '{param}': {prompts} prompt(s) x n={n} is {seqs} "
-                                     f"sequences; at most {cap} per request (max_seqs_per_request)")
+                                     f"sequences; at most {cap} per request ({name})")
 
     def reserve(self, seqs: int) -> Ticket:
         """Hold `seqs` sequences until the ticket is released.

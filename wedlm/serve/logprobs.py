@@ -21,6 +21,16 @@ from typing import Any
 from ..engine.outputs import TokenLogprob
 from .protocol import text_logprobs
 
+# JSON has no -inf. A token the model cannot emit (the [MASK] symbol, banned from every output
+# row, in an echoed prompt; a token outside a top-k) has logprob -inf in the engine and reads this
+# value in a response, the floor vLLM's OpenAI server also uses.
+LOGPROB_FLOOR = -9999.0
+
+
+def json_logprob(logprob: float) -> float:
+    """`logprob` as a response carries it: at least `LOGPROB_FLOOR`."""
+    return logprob if logprob >= LOGPROB_FLOOR else LOGPROB_FLOOR
+
 
 def _byte_decoder() -> dict[str, int]:
     from transformers.convert_slow_tokenizer import bytes_to_unicode
@@ -69,8 +79,8 @@ def chat_entries(entries: list[TokenLogprob], strings: TokenStrings) -> list[dic
         top = []
         for t, lp in e.top:
             s, b = strings(t)
-            top.append({"token": s, "logprob": lp, "bytes": b})
-        out.append({"token": token, "logprob": e.logprob, "bytes": raw, "top_logprobs": top})
+            top.append({"token": s, "logprob": json_logprob(lp), "bytes": b})
+        out.append({"token": token, "logprob": json_logprob(e.logprob), "bytes": raw, "top_logprobs": top})
     return out
 
 
@@ -92,8 +102,8 @@ def completion_logprobs(entries: list[TokenLogprob | None], token_ids: list[int]
     for token_id, e in zip(token_ids, entries):
         token = strings(token_id)[0]
         body["tokens"].append(token)
-        body["token_logprobs"].append(None if e is None else e.logprob)
-        body["top_logprobs"].append(None if e is None else {strings(t)[0]: lp for t, lp in e.top})
+        body["token_logprobs"].append(None if e is None else json_logprob(e.logprob))
+        body["top_logprobs"].append(None if e is None else {strings(t)[0]: json_logprob(lp) for t, lp in e.top})
         body["text_offset"].append(offset)
         offset += len(token)
     return body, offset

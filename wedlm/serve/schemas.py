@@ -79,6 +79,18 @@ class SamplingFields(BaseModel):
     min_p: float | None = None
     min_tokens: int | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_default(cls, data: Any) -> Any:
+        """OpenAI's API reads null as a field not given: a null optional field whose default is not
+        null (`n`, `stream`, `echo`, `ignore_eos`, ...) takes its default instead of failing its type."""
+        if not isinstance(data, dict):
+            return data
+        fields = cls.model_fields
+        return {key: value for key, value in data.items()
+                if not (value is None and key in fields and not fields[key].is_required()
+                        and fields[key].default is not None)}
+
     @field_validator(*CONTROLS, mode="before")
     @classmethod
     def _control(cls, value: Any, info: ValidationInfo) -> Any:

@@ -49,7 +49,8 @@ class AccessPolicy:
 
     Raises:
         ValueError: an empty key, a public path not starting with `/`, an empty host or
-            origin, naming the knob.
+            origin, or `allowed_hosts` given with no host (which would refuse every request),
+            naming the knob.
     """
 
     api_key: str | None = None
@@ -63,6 +64,9 @@ class AccessPolicy:
         for path in self.public_paths:
             if not isinstance(path, str) or not path.startswith("/"):
                 raise ValueError(f"public_paths entries must start with '/', got {path!r}")
+        if self.allowed_hosts is not None and not self.allowed_hosts:
+            raise ValueError("allowed_hosts must name at least one host ('*' for any); an empty list would "
+                             "refuse every request")
         for name, values in (("allowed_hosts", self.allowed_hosts or ()), ("cors_origins", self.cors_origins)):
             for value in values:
                 if not isinstance(value, str) or not value or any(c.isspace() for c in value):
