@@ -37,6 +37,18 @@ CONTROLS = ("logit_bias", "presence_penalty", "frequency_penalty", "repetition_p
 MAX_STOP_STRINGS = 4
 
 
+def not_a_number_check(value: Any) -> Any:
+    """`value` unchanged, unless it (or an item of it, for a list) is a boolean or a string.
+
+    Raises:
+        ValueError: "must be a number, not a boolean" (or "a string").
+    """
+    for item in value if isinstance(value, list) else [value]:
+        if isinstance(item, (bool, str)):
+            raise ValueError(f"must be a number, not a {'boolean' if isinstance(item, bool) else 'string'}")
+    return value
+
+
 class StreamOptions(BaseModel):
     """OpenAI `stream_options`: `include_usage` adds a final chunk carrying `usage`."""
 
@@ -123,11 +135,10 @@ class SamplingFields(BaseModel):
 
     @field_validator("max_tokens", "temperature", "top_p", "top_k", "n", "seed", "stop_token_ids", mode="before")
     @classmethod
-    def _no_bools(cls, value: Any) -> Any:
-        """pydantic's lax mode reads `true` as 1; a boolean where a number belongs is a client bug."""
-        if isinstance(value, bool) or (isinstance(value, list) and any(isinstance(v, bool) for v in value)):
-            raise ValueError("must be a number, not a boolean")
-        return value
+    def _numbers_only(cls, value: Any) -> Any:
+        """pydantic's lax mode reads `true` as 1 and `"10"` as 10; a boolean or a string where a
+        number belongs is a client bug, refused as the WeDLM knobs and the controls refuse it."""
+        return not_a_number_check(value)
 
     @field_validator("decoding")
     @classmethod
@@ -258,10 +269,8 @@ class ChatCompletionRequest(SamplingFields):
 
     @field_validator("max_completion_tokens", mode="before")
     @classmethod
-    def _no_bool_max(cls, value: Any) -> Any:
-        if isinstance(value, bool):
-            raise ValueError("must be a number, not a boolean")
-        return value
+    def _number_max(cls, value: Any) -> Any:
+        return not_a_number_check(value)
 
     @field_validator("top_logprobs", mode="before")
     @classmethod
