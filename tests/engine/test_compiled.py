@@ -365,13 +365,32 @@ def test_two_compiled_engines_keep_their_own_models(ckpt_factory, monkeypatch):
     assert got == [want[0], want[1], want[1], want[0]]
 
 
+def one_call_and_numpy_build(runner, item):
+    """`runner.prepare([item])` from the C++ call and from the numpy build, after checking that
+    they hold the same tensors (values, dtypes, which are None)."""
+    import torch
+
+    got = runner.prepare([item])
+    runner.one_call_inputs = False
+    try:
+        want = runner.prepare([item])
+    finally:
+        runner.one_call_inputs = True
+    assert got.num_rows == want.num_rows
+    for name in ("input_ids", "positions", "logit_rows"):
+        a, b = getattr(got, name), getattr(want, name)
+        assert a.dtype == b.dtype == torch.int64 and torch.equal(a, b), name
+    for name in ("slot_mapping", "kv_slots", "q_index", "t_index", "mask", "key_ends"):
+        a, b = getattr(got.attn, name), getattr(want.attn, name)
+        assert (a is None) == (b is None) and (a is None or (a.dtype == b.dtype and torch.equal(a, b))), name
+    return got, want
+
+
 def test_one_sequences_inputs_in_one_call_are_the_numpy_builds(compiled_llm):
     """A window step of one sequence takes its inputs from one C++ call (`_prepare_one`): the
     same tensors, shapes and dtypes as the numpy build (`PagedAttention.build`) for any context,
     window, block table and logit rows, padded tokens and rows included."""
     import random
-
-    import torch
 
     from wedlm.engine.runner import ForwardItem
 
@@ -387,19 +406,8 @@ def test_one_sequences_inputs_in_one_call_are_the_numpy_builds(compiled_llm):
         table = rng.sample(range(runner.pad_slot // bs), -(-(ctx + n) // bs) + rng.randint(0, 2))
         item = ForwardItem([rng.randrange(100) for _ in range(n)], [ctx + j for j in rng.sample(range(n), n)], table,
                            ctx, sorted(rng.sample(range(n), rng.randint(0, n))))
-        got = runner.prepare([item])
-        runner.one_call_inputs = False
-        try:
-            want = runner.prepare([item])
-        finally:
-            runner.one_call_inputs = True
-        assert got.num_rows == want.num_rows and want.attn.q_index is None and want.attn.mask is None
-        for name in ("input_ids", "positions", "logit_rows"):
-            a, b = getattr(got, name), getattr(want, name)
-            assert a.dtype == b.dtype == torch.int64 and torch.equal(a, b), name
-        for name in ("slot_mapping", "kv_slots", "q_index", "t_index", "mask", "key_ends"):
-            a, b = getattr(got.attn, name), getattr(want.attn, name)
-            assert (a is None) == (b is None) and (a is None or (a.dtype == b.dtype and torch.equal(a, b))), name
+        got, want = one_call_and_numpy_build(runner, item)
+        assert want.attn.q_index is None and want.attn.mask is None
     del runner._prepare_one
     assert len(calls) == 60
 
@@ -409,8 +417,6 @@ def test_one_tokens_inputs_in_one_call_are_the_numpy_builds(compiled_llm):
     unpadded and without prefix lengths: the numpy build's tensors, exactly its keys and no
     visibility (the one-query kernel reads every key given), with or without its logit row."""
     import random
-
-    import torch
 
     from wedlm.engine.runner import ForwardItem
 
@@ -425,20 +431,8 @@ def test_one_tokens_inputs_in_one_call_are_the_numpy_builds(compiled_llm):
             table = rng.sample(range(runner.pad_slot // bs), -(-(ctx + 1) // bs) + rng.randint(0, 2))
             rows = [0] if ctx % 7 else []
             item = ForwardItem([rng.randrange(100)], [ctx], table, ctx, rows)
-            got = runner.prepare([item])
-            runner.one_call_inputs = False
-            try:
-                want = runner.prepare([item])
-            finally:
-                runner.one_call_inputs = True
-            assert got.num_rows == want.num_rows == len(rows)
-            assert tuple(got.attn.kv_slots.shape) == (1, ctx + 1)
-            for name in ("input_ids", "positions", "logit_rows"):
-                a, b = getattr(got, name), getattr(want, name)
-                assert a.dtype == b.dtype == torch.int64 and torch.equal(a, b), name
-            for name in ("slot_mapping", "kv_slots", "q_index", "t_index", "mask", "key_ends"):
-                a, b = getattr(got.attn, name), getattr(want.attn, name)
-                assert (a is None) == (b is None) and (a is None or (a.dtype == b.dtype and torch.equal(a, b))), name
+            got, want = one_call_and_numpy_build(runner, item)
+            assert got.num_rows == len(rows) and tuple(got.attn.kv_slots.shape) == (1, ctx + 1)
             assert got.attn.mask is None and got.attn.key_ends is None
         assert calls == [True] * 30
     finally:
