@@ -215,7 +215,7 @@ class ModelRunner:
 
     def _prepare_one(self, item: ForwardItem, shape: StepShape, num_rows: int,
                      one_token: bool = False) -> PreparedForward:
-        """`prepare` of one sequence for a compiled CPU graph with the C++ window attention, whose
+        """`prepare` of one sequence for a compiled CPU graph over the engine's C++ attention, whose
         padded tokens are its padded queries: every input in one call of the C++ operator
         `wedlm_cpu::step_inputs`, the same values as the numpy build of `PagedAttention.build`,
         whose fifteen-odd numpy calls a step each run in caches the weights' stream has swept.

@@ -37,7 +37,7 @@ CONTROLS = ("logit_bias", "presence_penalty", "frequency_penalty", "repetition_p
 MAX_STOP_STRINGS = 4
 
 
-def not_a_number_check(value: Any) -> Any:
+def _numbers_only(value: Any) -> Any:
     """`value` unchanged, unless it (or an item of it, for a list) is a boolean or a string.
 
     Raises:
@@ -135,10 +135,10 @@ class SamplingFields(BaseModel):
 
     @field_validator("max_tokens", "temperature", "top_p", "top_k", "n", "seed", "stop_token_ids", mode="before")
     @classmethod
-    def _numbers_only(cls, value: Any) -> Any:
+    def _numeric(cls, value: Any) -> Any:
         """pydantic's lax mode reads `true` as 1 and `"10"` as 10; a boolean or a string where a
         number belongs is a client bug, refused as the WeDLM knobs and the controls refuse it."""
-        return not_a_number_check(value)
+        return _numbers_only(value)
 
     @field_validator("decoding")
     @classmethod
@@ -269,8 +269,8 @@ class ChatCompletionRequest(SamplingFields):
 
     @field_validator("max_completion_tokens", mode="before")
     @classmethod
-    def _number_max(cls, value: Any) -> Any:
-        return not_a_number_check(value)
+    def _numeric_max(cls, value: Any) -> Any:
+        return _numbers_only(value)
 
     @field_validator("top_logprobs", mode="before")
     @classmethod

@@ -68,14 +68,14 @@ def fill_scores(logits: torch.Tensor, params: SamplingParams, distances: Seq[int
 
 def fill_reach(params: SamplingParams) -> int | None:
     """The farthest distance d (in slots from the leftmost mask) at which a mask can be filled
-    this step by the rule of Eq. 11 (paper section 5.2), or None when any can. With tau set, the leftmost fallback and lambda > 0, a mask
-    whose penalty alone exceeds tau by more than the entropy tolerance (lambda * d - tau >
-    `ENTROPY_ATOL` + `ENTROPY_RTOL` * |tau|) never scores below tau: its entropy is >= 0. Its row
-    then changes no decision, and since masks are fed after every filled slot in ascending position
-    (section 4.1), dropping it from the forward changes no other row's logits under the causal mask:
-    the same operations on the same values, though a kernel whose blocking follows the row count
-    may round them differently, as batching does (a compiled CPU step crossing
-    `fast_model.FEW_ROWS_MAX` rows, GPU GEMMs).
+    this step by the rule of Eq. 11 (paper section 5.2), or None when any can. With tau set, the
+    leftmost fallback and lambda > 0, a mask whose penalty alone exceeds tau by more than the
+    entropy tolerance (lambda * d - tau > `ENTROPY_ATOL` + `ENTROPY_RTOL` * |tau|) never scores
+    below tau: its entropy is >= 0. Its row then changes no decision, and since masks are fed
+    after every filled slot in ascending position (section 4.1), dropping it from the forward
+    changes no other row's logits under the causal mask: the same operations on the same values,
+    though a kernel whose blocking follows the row count may round them differently, as batching
+    does (a compiled CPU step crossing `fast_model.FEW_ROWS_MAX` rows, GPU GEMMs).
 
     The argmin fallback (or tau = None) may pick any mask, and tau = inf passes every one: no
     bound (nor where tau / lambda overflows a float, e.g. lambda = 1e-320). Never raises."""
