@@ -215,13 +215,16 @@ def _floor(llm, shapes: list, steps: int) -> dict:
 
 
 def profile(model: str, batch: int, max_tokens: int, decoding: str, compiled: bool | None = None,
-            device: str = "cpu", dtype: str | None = None, top: int = 0, wall_runs: int = 1) -> dict:
+            device: str = "cpu", dtype: str | None = None, top: int = 0, wall_runs: int = 1,
+            quantization: str | None = None) -> dict:
     import torch
 
     from wedlm import LLM, SamplingParams
 
     torch.set_num_threads(1)
     extra = {} if compiled is None else {"enforce_eager": not compiled}
+    if quantization:
+        extra["quantization"] = quantization
     llm = LLM(model, device=device, dtype=dtype, max_num_seqs=max(batch, 1), enable_prefix_caching=False,
               **extra)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, decoding=decoding, ignore_eos=True)
@@ -308,6 +311,8 @@ def main() -> int:
                     help="runs per tree, alternating trees; the table keeps each cell's minimum (least load)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda (one torch thread on the host either way)")
     ap.add_argument("--dtype", default=None, help="weights dtype, e.g. bfloat16 (default: the checkpoint's)")
+    ap.add_argument("--quantization", choices=("int8", "bf16"), default=None,
+                    help="the engine's option (the floor stays float32's)")
     ap.add_argument("--top", type=int, default=0, help="also list the N functions with the most own time per step")
     ap.add_argument("--wall-runs", type=int, default=1,
                     help="unprofiled runs per repeat: the table gives their least and their median step time")
@@ -318,7 +323,7 @@ def main() -> int:
     if args.json:
         print(json.dumps({b: profile(args.model, b, args.max_tokens, args.decoding,
                                      None if args.mode is None else args.mode == "compiled", args.device,
-                                     args.dtype, args.top, args.wall_runs) for b in batches}))
+                                     args.dtype, args.top, args.wall_runs, args.quantization) for b in batches}))
         return 0
     trees = args.trees.split(",") if args.trees else [str(Path(__file__).resolve().parents[1])]
     runs: list[list[dict]] = [[] for _ in trees]
@@ -328,6 +333,7 @@ def main() -> int:
             cmd = [sys.executable, str(Path(__file__).resolve()), "--json", "--model", args.model,
                    "--max-tokens", str(args.max_tokens), "--decoding", args.decoding, "--device", args.device,
                    "--top", str(args.top), "--wall-runs", str(args.wall_runs)] + (["--dtype", args.dtype] if args.dtype else [])
+            cmd += ["--quantization", args.quantization] if args.quantization else []
             cmd += ["--mode", mode] if mode else []
             for b in batches:
                 cmd += ["--batch", str(b)]

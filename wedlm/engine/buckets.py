@@ -74,7 +74,7 @@ class StepShape:
         `exact`: keys and logit rows up to `FEW_ROWS_MAX` stay as they are (at least 2), and so do
         the tokens (and queries) of one sequence, for a graph that is dynamic in them and whose
         kernels take any count (a CPU graph over the engine's C++ operators, its matmuls on column
-        panels): padded logit rows are lm_head rows computed for nothing, padded keys attention
+        panels or int8): padded logit rows are lm_head rows computed for nothing, padded keys attention
         work (a batch-1 `wedlm` answer of 300 numbers took 0.96-0.97x the time unpadded, same
         tokens, one graph), padded tokens rows of every matmul and queries of attention (a `wedlm`
         window whose fill rule reaches 12 slots ran as 16; docs/engine.md, "Shape buckets"). Each

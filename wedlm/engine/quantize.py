@@ -156,6 +156,12 @@ def quantize_int8(model: nn.Module) -> nn.Module:
     return model
 
 
+def is_int8(model: nn.Module) -> bool:
+    """Whether `quantize_int8` made `model`'s matmuls `Int8Linear`s: each row of their results then
+    depends on that row alone, bit for bit, whatever the rows beside it (`int8_linear`)."""
+    return any(isinstance(module, Int8Linear) for module in model.modules())
+
+
 def use_int8_panels(model: nn.Module) -> bool:
     """Give every `Int8Linear` that sums in float32 (`fweight_t`) a column-panel copy of those
     values (`fpanels`, `fast_model.pack_panels`; one more float32 copy of the weight), which the

@@ -36,6 +36,7 @@ from .fast_model import (
     use_panel_weights,
     use_transposed_gemv,
 )
+from .quantize import is_int8
 from .sampling import RowScores, SoftmaxRows
 
 
@@ -141,6 +142,9 @@ class ModelRunner:
                              "(a C++ compiler), one process and fast_path")
         # the causal mask as prefix lengths, which the C++ window attention reads (float32 graphs)
         self.key_ends = self.native_ops and autocast is None and model.dtype == torch.float32
+        # every kernel of the compiled graph computes a row alone, whatever the row count: the matmuls
+        # on column panels, or int8 products (exact integer sums), beside the C++ attention
+        self.rows_alone = self.panel_weights or (self.key_ends and is_int8(self.model))
         # with them, one sequence's step inputs come from one C++ call (`_prepare_one`)
         self.one_call_inputs = self.key_ends
         self.device = model.device
@@ -193,8 +197,8 @@ class ModelRunner:
             max_q, max_kv = max(max_q, n), max(max_kv, item.context_len + n)
         num_rows, pad = len(rows), None
         if self.compiled is not None and offset > 0:
-            # keys and logit rows unpadded where the matmuls run on column panels (`StepShape.of`)
-            shape = StepShape.of(offset, len(items), max_q, max_kv, num_rows, exact=self.panel_weights)
+            # tokens, keys and logit rows unpadded where every kernel computes a row alone (`StepShape.of`)
+            shape = StepShape.of(offset, len(items), max_q, max_kv, num_rows, exact=self.rows_alone)
             # one token of one sequence on a CPU (no CUDA graph wants a fixed key count): built
             # unpadded, as in eager mode, so SDPA runs over exactly the real keys with no mask
             # (docs/engine.md, "Compiled forward")
