@@ -109,7 +109,9 @@ class ModelRunner:
     With `fast_path`, no autocast and not `sharded`, a float32 CPU model's one-row matmuls run on
     transposed weight copies (`fast_model.use_transposed_gemv`; `transposed_gemv` says whether).
     A compiled CPU forward of one process calls the engine's C++ operators (`native.py`;
-    `native_ops` says whether they loaded).
+    `native_ops` says whether they loaded). `rows_alone` says whether every kernel of that graph
+    computes each row alone (matmuls on column panels or int8, the C++ attention): one sequence's
+    tokens, its keys and the logit rows then run unpadded, with the same bits (`StepShape.of`).
     """
 
     def __init__(self, model: QwenForCausalLM, num_blocks: int, block_size: int, fast_path: bool = True,
