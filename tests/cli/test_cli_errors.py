@@ -123,6 +123,30 @@ def test_serve_on_a_taken_port_exits_2_before_loading_the_model(capsys, monkeypa
     assert f"wedlm serve: error: --port {port}: cannot bind 127.0.0.1:{port}: Address already in use" in err
 
 
+@pytest.mark.parametrize("eager", [False, True])
+def test_serve_compiles_the_forward_before_it_opens_its_port(eager, capsys, monkeypatch):
+    """A compiled engine's graphs are built by `LLM.warm_up` before uvicorn starts, so no first
+    request waits on a compile that stalls every request in the engine's loop; an eager one starts
+    at once."""
+    import socket
+    from types import SimpleNamespace
+
+    import uvicorn
+
+    calls = []
+    llm = SimpleNamespace(engine=SimpleNamespace(enforce_eager=eager), warm_up=lambda: calls.append("warm_up"),
+                          close=lambda: calls.append("close"))
+    monkeypatch.setattr("wedlm.cli.options.load_llm", lambda *args: llm)
+    monkeypatch.setattr("wedlm.serve.create_app", lambda *args, **kwargs: "app")
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: calls.append(("run", app)))
+    with socket.socket() as probe:  # a free port: the bind check runs before the model loads
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    code, _, err = run_main(["serve", "--port", str(port)], capsys)
+    assert code == 0, err
+    assert calls == ([] if eager else ["warm_up"]) + [("run", "app"), "close"]
+
+
 @pytest.mark.parametrize("port, why", [("70000", "must be <= 65535, got 70000"), ("-1", "must be >= 1, got -1"),
                                        ("0", "must be >= 1, got 0")])
 def test_serve_port_outside_tcp_range_exits_2_before_loading(port, why, capsys):

@@ -498,3 +498,25 @@ def test_one_sequences_logits_are_the_same_with_its_tokens_unpadded(compiled_llm
             assert padded.input_ids.shape[0] == bucket(n) > n
             want = runner.execute([item], padded)[0].logits.clone()
         assert got.shape == want.shape == (n - 1, got.shape[1]) and torch.equal(got, want)
+
+
+def test_warm_up_compiles_every_graph_the_requests_then_use(tiny_path, make_llm):
+    """`LLM.warm_up` (what `wedlm serve` runs before it opens its port) compiles the four graphs of
+    a compiled CPU engine; no later request of any decoder, batch, window or prompt length compiles
+    another. It leaves no KV block held. An eager engine has nothing to warm up."""
+    llm = LLM(str(tiny_path), device="cpu", enforce_eager=False)
+    compiled = llm.engine.runner.compiled
+    assert compiled.graphs == 0
+    assert llm.warm_up() > 0
+    assert compiled.graphs == 4
+    assert not llm.has_unfinished() and llm.metrics()["kv_blocks_used"] == 0
+    for decoding in ("wedlm", "verified", "blockwise", "ar"):
+        params = SamplingParams(temperature=0.0, max_tokens=12, decoding=decoding, ignore_eos=True, logprobs=2)
+        for prompts in (PROMPTS[:1], PROMPTS, [list(range(5, 120))]):
+            assert all(not o.get("error") and len(o["token_ids"]) == 12 for o in llm.generate(prompts, params))
+    assert compiled.graphs == 4
+    request = llm.add_request(PROMPTS[0], SamplingParams(temperature=0.0, max_tokens=4))
+    with pytest.raises(RuntimeError, match="warm_up\\(\\) needs an idle engine: requests are unfinished"):
+        llm.warm_up()
+    llm.abort(request)
+    assert make_llm().warm_up() == 0.0

@@ -226,6 +226,10 @@ def run_single(args: argparse.Namespace) -> int:
     llm = load_llm(args, "serve")
     if llm is None:
         return 2
+    if not llm.engine.enforce_eager:  # compile before the port opens, not in the first requests
+        logging.getLogger(__name__).info("compiling the forward before serving (seconds with a warm compile "
+                                         "cache, up to a minute or two without)")
+        llm.warm_up()
     name = args.served_model_name or Path(args.model).name
     app = create_app(llm, name, access=access, limits=limits)
     try:

@@ -11,7 +11,9 @@ server drives from its single loop thread. Not thread-safe.
 
 from __future__ import annotations
 
+import logging
 import numbers
+import time
 from collections.abc import Iterable, Iterator, Mapping
 
 from ..model.source import resolve_model
@@ -20,6 +22,8 @@ from .engine import Engine
 from .errors import RequestError
 from .outputs import StreamDelta
 from .sampling_params import SamplingParams
+
+log = logging.getLogger("wedlm.engine")
 
 
 class LLM:
@@ -44,7 +48,8 @@ class LLM:
             buckets (CPU inductor; CUDA adds CUDA graphs of decode steps) wherever inductor can
             build kernels (a C++ compiler on a CPU, Triton on CUDA), else eager
             (`engine.config.resolve_enforce_eager`; `engine.enforce_eager` says which ran). The
-            first steps of a compiled engine compile (logged with their time); the compiled
+            first steps of a compiled engine compile (logged with their time), or `warm_up()`
+            compiles them at once; the compiled
             graphs are cached on disk (`$TORCHINDUCTOR_CACHE_DIR`, else
             ~/.cache/wedlm/torch-compile), so a later process loads them instead. True runs
             eagerly (the reference path), False forces compiling; tokens are the same either way.
@@ -149,6 +154,34 @@ class LLM:
     def metrics(self) -> dict:
         """num_waiting, num_running, kv_blocks_{total,free,used}, prefix_cache_{hit_tokens,queries}."""
         return self.engine.metrics()
+
+    def warm_up(self) -> float:
+        """Compile the forward's graphs now rather than in the first requests, as a server does
+        before it opens its port. Two three-token `ar` answers, of one prompt and of two, run
+        every kind of step: a prefill and one-token decodes, at batch 1 and above, the four
+        graphs of a compiled CPU engine (`buckets.StepShape.of`), whose dynamic sizes then serve
+        every decoder, window and prompt length. A CUDA engine still captures a CUDA graph on the
+        first step of each further bucket. The prompts' KV blocks are freed and the prefix cache
+        is emptied. Must run with no request in flight.
+
+        Returns:
+            the seconds it took (0.0 for an eager engine, which has nothing to compile).
+
+        Raises:
+            RuntimeError: requests are unfinished.
+        """
+        if self.engine.enforce_eager:
+            return 0.0
+        if self.has_unfinished():
+            raise RuntimeError("warm_up() needs an idle engine: requests are unfinished")
+        start = time.perf_counter()
+        params = SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True, decoding="ar")
+        for prompts in (["Hello"], ["Hello", "Hello there, how are you?"]):
+            self.generate(prompts, params)
+        self.reset_prefix_cache()
+        seconds = time.perf_counter() - start
+        log.info("warm-up: the compiled forward's graphs are ready (%.1f s)", seconds)
+        return seconds
 
     # ---- batch API ----------------------------------------------------------------
 

@@ -195,6 +195,7 @@ def replica_app(spec: ReplicaSpec) -> Any:
     if spec.threads and not spec.gpus_per_replica:
         torch.set_num_threads(spec.threads)
     llm = LLM(model=spec.model, **spec.engine)
+    llm.warm_up()  # compiled graphs before the replica takes traffic
     app = create_app(llm, spec.served_model_name, access=spec.access, limits=spec.limits)
     app.add_middleware(ReplicaHeader, name=replica_name())
     close_with_app(app, llm)
