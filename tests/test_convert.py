@@ -100,6 +100,22 @@ def test_failed_convert_leaves_no_destination(tmp_path):
     assert (kept / "notes.txt").read_text() == "mine"  # a folder that was there stays
 
 
+def test_convert_refuses_a_destination_that_holds_files(tmp_path):
+    """A checkpoint written among older files would not load (a stale shard index names shards it
+    does not have), so the destination must be new or empty; nothing in it is touched."""
+    src = make_hf_checkpoint(tmp_path / "src", family="qwen3", tokenizer=True, vocab_size=260)
+    stale = tmp_path / "old"
+    stale.mkdir()
+    (stale / "model.safetensors.index.json").write_text('{"weight_map": {"x": "model-00002.safetensors"}}')
+    with pytest.raises(ConvertError, match="the destination exists and is not an empty folder"):
+        convert(src, stale)
+    assert [f.name for f in stale.iterdir()] == ["model.safetensors.index.json"]
+    with pytest.raises(ConvertError, match="is not an empty folder"):
+        convert(src, stale / "model.safetensors.index.json")
+    (tmp_path / "empty").mkdir()
+    assert (convert(src, tmp_path / "empty") / "config.json").is_file()
+
+
 def test_convert_of_the_shipped_model_prints_only_its_result(tmp_path):
     """As a process, so the CLI's own logging setup is what prints (or not)."""
     repo = Path(__file__).resolve().parents[1]

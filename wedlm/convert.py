@@ -97,12 +97,16 @@ def convert(src: str | Path, dst: str | Path, mask_token_id: int | None = None,
         revision: hub revision when `src` is a hub id.
 
     Raises:
-        ConvertError: unsupported model type, missing weights, or a bad mask id.
+        ConvertError: unsupported model type, missing weights, a bad mask id, or a destination that
+            is not a new or empty folder.
         FileNotFoundError / ModelSourceError: `src` cannot be found or has no config.json.
     """
     src, dst = resolve_model(src, revision), Path(dst)
     if src.resolve() == dst.resolve():
         raise ConvertError("destination must differ from the source checkpoint")
+    if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
+        # a checkpoint written among older files (a stale shard index, other weights) would not load
+        raise ConvertError(f"{dst}: the destination exists and is not an empty folder; give a new or empty one")
     raw = json.loads((src / "config.json").read_text()) if (src / "config.json").is_file() else None
     if raw is None:
         raise FileNotFoundError(f"{src}: no config.json")

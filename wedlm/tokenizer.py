@@ -16,6 +16,14 @@ STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
 MASK_TOKENS = ("<|mask|>", "[MASK]", "<mask>")
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json")
+
+
+def has_tokenizer_files(folder: str | Path) -> bool:
+    """Whether `folder` holds one of the files a transformers tokenizer loads from (`TOKENIZER_FILES`)."""
+    return any((Path(folder) / f).is_file() for f in TOKENIZER_FILES)
+
+
 def load_tokenizer(path: str | Path):
     """`transformers.AutoTokenizer.from_pretrained(folder)` with a clear error; `path` may also be a
     .gguf file or a hub id (`wedlm.model.source.resolve_model`).
@@ -30,7 +38,7 @@ def load_tokenizer(path: str | Path):
     from .model.source import resolve_model
 
     path = resolve_model(path)
-    if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json")):
+    if not has_tokenizer_files(path):
         raise FileNotFoundError(f"{path}: no tokenizer files (tokenizer.json / tokenizer_config.json)")
     # transformers does not know model_type "wedlm" and warns on every load that the config
     # may not fit the model class; only the tokenizer is read here, so that warning is noise.

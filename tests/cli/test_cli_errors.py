@@ -182,6 +182,47 @@ def test_messages_name_the_mistake(capsys, tmp_path, monkeypatch):
     assert "/no/such/folder: checkpoint folder does not exist" in err and not out
 
 
+@pytest.mark.parametrize("setting, why", [
+    ("data={tmp}/notes.txt", "data: {tmp}/notes.txt:1: invalid JSON"),
+    ("data={tmp}", "data: {tmp} is not a file"),
+    ("tokenizer={tmp}", "tokenizer: {tmp} is not a folder with tokenizer files"),
+    ("out_dir={tmp}/notes.txt", "out_dir: {tmp}/notes.txt: is a file; expected a folder"),
+])
+def test_train_refuses_bad_inputs_and_outputs_before_it_starts(setting, why, capsys, tmp_path, monkeypatch):
+    """Each would have stopped the stage with a traceback after the model was built."""
+    monkeypatch.chdir(REPO)
+    (tmp_path / "notes.txt").write_text("not json\n")
+    (tmp_path / "data.jsonl").write_text('{"text": "1, 2, 3"}\n')
+    good = [f"data={tmp_path}/data.jsonl", "tokenizer=models/wedlm-tiny", f"out_dir={tmp_path}/run"]
+    key = setting.split("=")[0]
+    sets = [a for a in good if not a.startswith(key + "=")] + [setting.replace("{tmp}", str(tmp_path))]
+    code, out, err = run_main(["train", "--config", "configs/quickstart.yaml"]
+                              + [x for a in sets for x in ("--set", a)], capsys)
+    assert code == 2 and not out and "Traceback" not in err
+    assert why.replace("{tmp}", str(tmp_path)) in err
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc (Linux): a folder no one can write in")
+@pytest.mark.parametrize("argv, flag", [(["bench", "--quick", "--out-dir", "/proc/wedlm-out"], "--out-dir /proc/wedlm-out"),
+                                        (["eval", "--tasks", "count", "--out", "/proc/wedlm-out/r.json"],
+                                         "--out /proc/wedlm-out/r.json")])
+def test_an_unwritable_output_is_refused_before_the_run(argv, flag, capsys):
+    code, out, err = run_main(argv, capsys)
+    assert code == 2 and not out and "Traceback" not in err
+    assert f"{flag}: cannot write there (No such file or directory)" in err
+
+
+@pytest.mark.parametrize("argv, why", [
+    (["--quantization", "int8", "--dtype", "float16"], "quantization='int8' quantizes float32 weights, got dtype='float16'"),
+    (["--quantization", "bf16", "--autocast"], "quantization='bf16' runs in one process without autocast"),
+    (["--peer", "llama.cpp", "--dtype", "bfloat16"], "--peer llama.cpp runs float32 weights"),
+])
+def test_bench_refuses_engine_options_that_cannot_go_together(argv, why, capsys, tmp_path):
+    code, out, err = run_main(["bench", "--quick", "--out-dir", str(tmp_path / "b")] + argv, capsys)
+    assert code == 2 and not out and "Traceback" not in err
+    assert f"wedlm bench: error: {why}" in err
+
+
 def test_ctrl_c_stops_a_streamed_chat_answer_and_frees_its_blocks(cli_llm):
     free = cli_llm.metrics()["kv_blocks_free"]
 

@@ -42,3 +42,14 @@ def test_decoding_list_empty_or_unknown_is_a_usage_error(decoding, tasks, want):
     else:
         with pytest.raises(UsageError, match="--decoding: unknown decoder"):
             decoders_for(args)
+
+
+def test_a_limit_for_a_task_that_does_not_run_is_a_usage_error():
+    from wedlm.cli.eval import build_tasks
+    from wedlm.cli.options import UsageError
+
+    args = build_parser().parse_args(["eval", "--tasks", "count", "--limit", "addsub=3"])
+    with pytest.raises(UsageError, match=r"--limit names addsub, which --tasks does not run \(tasks: count\)"):
+        build_tasks(args)
+    args = build_parser().parse_args(["eval", "--tasks", "count,addsub", "--limit", "addsub=3"])
+    assert [(t.name, len(t.items)) for t in build_tasks(args) if t.name.startswith("addsub")] == [("addsub/add", 3)]

@@ -21,10 +21,13 @@ def completion(**fields):
     return json.dumps({"model": MODEL_NAME, "prompt": "hi", "max_tokens": 4, **fields})
 
 
+TOOL = {"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}
+CALL = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": "{}"}}
+
+
 CASES = [
     ("invalid JSON", COMPLETIONS, '{"prompt": "hi",', "body"),
     ("JSON that is not an object", CHAT, "[1, 2]", "body"),
-    ("unknown model", CHAT, chat(model="gpt-17"), "model"),
     ("missing messages", CHAT, json.dumps({"model": MODEL_NAME}), "messages"),
     ("empty messages", CHAT, chat(messages=[]), "messages"),
     ("bad role", CHAT, chat(messages=[{"role": "wizard", "content": "x"}]), "messages.0.role"),
@@ -44,6 +47,8 @@ CASES = [
     ("max_tokens negative", CHAT, chat(max_tokens=-3), "max_tokens"),
     ("max_tokens beyond context", CHAT, chat(max_tokens=MAX_MODEL_LEN + 1), "max_tokens"),
     ("max_tokens past the prompt's room", COMPLETIONS, completion(prompt="z" * 200, max_tokens=100), "max_tokens"),
+    ("the default max_tokens past the prompt's room", COMPLETIONS,
+     json.dumps({"model": MODEL_NAME, "prompt": [5] * (MAX_MODEL_LEN - 6)}), "max_tokens"),
     ("max_completion_tokens beyond context", CHAT, chat(max_completion_tokens=10_000), "max_completion_tokens"),
     ("prompt longer than context", COMPLETIONS, completion(prompt="word " * MAX_MODEL_LEN), "prompt"),
     ("messages longer than context", CHAT, chat(messages=[{"role": "user", "content": "w" * MAX_MODEL_LEN}]),
@@ -75,6 +80,14 @@ CASES = [
     ("too many stop strings", CHAT, chat(stop=["a", "b", "c", "d", "e"]), "stop"),
     ("logprobs above 20", COMPLETIONS, completion(logprobs=21), "logprobs"),
     ("top_logprobs without logprobs", CHAT, chat(top_logprobs=2), "top_logprobs"),
+    ("stream_options without stream", CHAT, chat(stream_options={"include_usage": True}), "stream_options"),
+    # no tool-call parser: a request that expects calls, or sends them, is refused rather than answered as text
+    ("tools with OpenAI's default tool_choice", CHAT, chat(tools=[TOOL]), "tool_choice"),
+    ("tool_choice required", CHAT, chat(tools=[TOOL], tool_choice="required"), "tool_choice"),
+    ("a named tool", CHAT, chat(tools=[TOOL], tool_choice={"type": "function", "function": {"name": "add"}}),
+     "tool_choice"),
+    ("an assistant's tool calls", CHAT, chat(messages=USER + [{"role": "assistant", "content": None,
+                                                              "tool_calls": [CALL]}]), "messages.1.tool_calls"),
     # values no field may hold, refused before validation wherever they are
     ("lone surrogate in a message", CHAT, chat(messages=[{"role": "user", "content": "a\ud800b"}]),
      "messages.0.content"),
@@ -108,6 +121,22 @@ def test_bad_input_is_a_400_naming_the_field(base_url, name, path, body, param):
     assert error["type"] == "invalid_request_error" and error["code"] is None
     assert error["param"] == param
     assert param.split(".")[0] in error["message"] or param == "body"
+
+
+@pytest.mark.parametrize("path, body", [(CHAT, chat(model="gpt-17")), (COMPLETIONS, completion(model="gpt-17"))])
+def test_an_unknown_model_is_a_404_model_not_found(base_url, path, body):
+    """As OpenAI's API and vLLM answer it, and as `GET /v1/models/{id}` does."""
+    r = httpx.post(base_url + path, content=body, headers={"Content-Type": "application/json"}, timeout=30)
+    assert r.status_code == 404
+    assert r.json()["error"] == {"message": f"The model 'gpt-17' does not exist; this server serves '{MODEL_NAME}'",
+                                 "type": "invalid_request_error", "param": "model", "code": "model_not_found"}
+
+
+def test_tools_with_tool_choice_none_are_answered_without_them(base_url):
+    r = httpx.post(base_url + CHAT, content=chat(tools=[TOOL], tool_choice="none", temperature=0),
+                   headers={"Content-Type": "application/json"}, timeout=60)
+    assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "length"
+    assert r.json()["usage"]["completion_tokens"] == 4
 
 
 def test_server_keeps_serving_and_the_client_sees_typed_errors(base_url):

@@ -22,6 +22,7 @@ from .options import (
     apply_threads,
     bad_knob_option,
     check_device,
+    check_engine_options,
     check_model,
     check_output,
     default_model,
@@ -199,6 +200,9 @@ def run_peer_section(args: argparse.Namespace, command: str) -> int:
     from wedlm.bench.gguf_export import GGUFExportError
     from wedlm.bench.peer import PeerUnavailable, import_llama_cpp, run_peer, write_peer
 
+    if args.dtype not in (None, "float32"):  # the engine reads the float32 weights the GGUF file is written from
+        raise UsageError(f"--peer llama.cpp runs float32 weights (--quantization int8 or bf16 for the others), "
+                         f"got --dtype {args.dtype}")
     try:
         import_llama_cpp()
         cfg = peer_config(args, command)
@@ -224,6 +228,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     apply_threads(args)
     check_device(args.device)
+    check_engine_options(args)
     check_output(args.out_dir, "--out-dir", folder=True)
     if args.slot_cost:
         return run_slot_cost_section(args)

@@ -144,10 +144,15 @@ def build_tasks(args: argparse.Namespace) -> list:
     """`EvalTask`s named by --tasks.
 
     Raises:
-        UsageError: an unknown task, a file task without its file, or an unreadable file.
+        UsageError: an unknown task, a file task without its file, an unreadable file, or a
+            per-task --limit for a task that does not run.
     """
+    names = task_names(args)
+    unused = [name for name in (args.limit if isinstance(args.limit, dict) else {}) if name not in names]
+    if unused:  # a limit for a task that does not run is a typo or a forgotten --tasks
+        raise UsageError(f"--limit names {', '.join(unused)}, which --tasks does not run (tasks: {', '.join(names)})")
     tasks = []
-    for name in task_names(args):
+    for name in names:
         try:
             tasks += tasks_named(args, name)
         except (OSError, ValueError) as err:

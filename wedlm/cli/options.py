@@ -20,6 +20,7 @@ import contextlib
 import logging
 import signal
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -341,11 +342,12 @@ def _show_one_off_builds() -> None:
 
 def check_output(path: str | Path, flag: str, folder: bool = False) -> None:
     """Fail early, before a long run, when its results could not be written to `path` (a file,
-    or with `folder` a folder that is made): the path is the other kind, or a file stands where
-    one of its parent folders would go.
+    or with `folder` a folder that is made): the path is the other kind, a file stands where
+    one of its parent folders would go, or the folder cannot be made or written to. The folder
+    (with `folder`, else the file's) is made now, and a scratch file created and removed in it.
 
     Raises:
-        UsageError: naming `flag` and the path in the way.
+        UsageError: naming `flag`, the path and what is in the way.
     """
     path = Path(path)
     if path.exists() and path.is_dir() != folder:
@@ -354,6 +356,33 @@ def check_output(path: str | Path, flag: str, folder: bool = False) -> None:
     blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
     if blocker is not None:
         raise UsageError(f"{flag} {path}: {blocker} is a file, so no folder can be made there")
+    where = path if folder else path.parent
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=where):
+            pass
+    except OSError as err:
+        raise UsageError(f"{flag} {path}: cannot write there ({err.strerror or err})") from None
+
+
+def check_engine_options(args: argparse.Namespace) -> None:
+    """Fail early, before a long run builds its first engine, on engine options that cannot go
+    together: `EngineConfig`'s checks and the quantization's device and dtype, the engine's own.
+
+    Raises:
+        UsageError: naming the options and what they allow.
+    """
+    from wedlm.engine.config import EngineConfig, resolve_device, resolve_dtype
+    from wedlm.engine.quantize import check_quantization
+
+    try:
+        config = EngineConfig(model=str(args.model), device=args.device, dtype=args.dtype,
+                              tensor_parallel_size=getattr(args, "tensor_parallel_size", None) or 1,
+                              enforce_eager=args.enforce_eager, autocast=args.autocast, quantization=args.quantization)
+        device = resolve_device(config.device)
+        check_quantization(config.quantization, device, resolve_dtype(config.dtype, device))
+    except ValueError as err:
+        raise UsageError(str(err)) from None
 
 
 def check_device(device: str) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from .options import UsageError
+from .options import UsageError, check_output
 
 CURRICULUM_FILES = ("train.jsonl", "val.jsonl", "test.jsonl")
 
@@ -74,21 +74,32 @@ def data_hint(data: Path) -> str:
 
 
 def check_inputs(cfg) -> None:
-    """Every file the stage reads exists: data, tokenizer folder, init checkpoint.
+    """Every file the stage reads exists and every folder it writes can be made: data (a JSONL
+    file whose first record reads), tokenizer folder, init checkpoint, out_dir.
 
     Raises:
         UsageError: naming the key, the path, and how to make it.
     """
+    from wedlm.jsonl import read_jsonl
+    from wedlm.tokenizer import has_tokenizer_files
+
     data = Path(cfg.data)
     if not data.exists():
         raise UsageError(f"data: {data} does not exist; {data_hint(data)}")
-    if not Path(cfg.tokenizer).is_dir():
-        raise UsageError(f"tokenizer: {cfg.tokenizer} is not a folder (a model folder with tokenizer.json, "
-                         "e.g. models/wedlm-tiny)")
+    if not data.is_file():
+        raise UsageError(f"data: {data} is not a file (a JSONL file, one JSON object per line)")
+    try:
+        read_jsonl(data, limit=1)
+    except (OSError, ValueError) as err:  # UnicodeDecodeError is a ValueError
+        raise UsageError(f"data: {err} (a JSONL file, one JSON object per line)") from None
+    if not Path(cfg.tokenizer).is_dir() or not has_tokenizer_files(cfg.tokenizer):
+        raise UsageError(f"tokenizer: {cfg.tokenizer} is not a folder with tokenizer files (a model folder with "
+                         "tokenizer.json, e.g. models/wedlm-tiny)")
     if cfg.init and not (Path(cfg.init) / "config.json").is_file():
         raise UsageError(f"init: {cfg.init} is not a checkpoint folder (no config.json); it is made by an "
                          "earlier stage (bash recipes/wedlm_tiny.sh runs them in order), or start from the "
                          "shipped model with --set init=models/wedlm-tiny")
+    check_output(cfg.out_dir, "out_dir:", folder=True)
 
 
 def run(args: argparse.Namespace) -> int:

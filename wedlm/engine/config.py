@@ -113,6 +113,11 @@ class EngineConfig:
                              f"tensor_parallel_size={self.tensor_parallel_size}, autocast={self.autocast}")
 
 
+def resolve_dtype(dtype: str | None, device: torch.device) -> str:
+    """The weights' dtype of an engine: `dtype`, or by default bfloat16 on CUDA, float32 elsewhere."""
+    return dtype or ("bfloat16" if device.type == "cuda" else "float32")
+
+
 def resolve_device(device: str | None) -> torch.device:
     """The torch device for `device` (None: cuda when available, else cpu).
 

@@ -32,6 +32,7 @@ from .config import (
     auto_bf16_weights,
     resolve_cpu_linear,
     resolve_device,
+    resolve_dtype,
     resolve_enforce_eager,
     resolve_max_model_len,
     resolve_num_blocks,
@@ -72,7 +73,7 @@ class Engine:
         self.window_size = config.window_size or self.model_defaults["wedlm_window_size"]
         self.verified_token_budget = config.verified_token_budget or VERIFIED_TOKEN_BUDGET
         device = resolve_device(config.device)
-        dtype = config.dtype or ("bfloat16" if device.type == "cuda" else "float32")
+        dtype = resolve_dtype(config.dtype, device)
         check_quantization(config.quantization, device, dtype)
         self.model = load_engine_model(config, device, dtype)
         cfg = self.model.config

@@ -154,10 +154,11 @@ class Server:
         return await asyncio.get_running_loop().run_in_executor(self.tokenizer_thread, work)
 
     def check_model(self, model: str | None) -> None:
-        """400 unless `model` is unset or the served model's name."""
+        """404 (code `model_not_found`, as OpenAI's API and vLLM answer) unless `model` is unset or
+        the served model's name."""
         if model is not None and model != self.model_name:
-            raise bad_request("model", f"Invalid value for 'model': the model '{model}' does not exist; "
-                                       f"this server serves '{self.model_name}'")
+            raise APIError(f"The model '{model}' does not exist; this server serves '{self.model_name}'",
+                           param="model", status=404, code="model_not_found")
 
     async def submit(self, base_id: str, prompts: list[list[int]], params: list[list[Any]]) -> RequestGroup:
         """One engine request per (prompt, choice), `params[prompt][choice]`.

@@ -95,13 +95,23 @@ class PromptBuilder:
     def max_tokens(self, req: SamplingFields, prompt_len: int) -> int:
         """The request's max_tokens, checked by the engine's rule (`check_fits`).
 
-        Unset: 16 for completions (OpenAI's default), everything left for chat.
+        Unset: 16 for completions (OpenAI's default, refused as a set 16 would be where it does not
+        fit: an answer is never cut shorter than asked), everything left for chat.
         """
         room = self.max_model_len - prompt_len
         chat = isinstance(req, ChatCompletionRequest)
         requested = req.requested_max_tokens() if chat else req.max_tokens
+        if requested is None and chat:
+            return room
         if requested is None:
-            return room if chat else min(DEFAULT_COMPLETION_TOKENS, room)
+            try:
+                check_fits(prompt_len, DEFAULT_COMPLETION_TOKENS, self.max_model_len)
+            except RequestError as err:
+                if err.param != "max_tokens":
+                    raise
+                raise RequestError("max_tokens", f"{err} (max_tokens is unset: the default is "
+                                                 f"{DEFAULT_COMPLETION_TOKENS}; set it to {room} or fewer)") from None
+            return DEFAULT_COMPLETION_TOKENS
         check_fits(prompt_len, requested, self.max_model_len)
         return requested
 

@@ -103,6 +103,13 @@ class SamplingFields(BaseModel):
                 if not (value is None and key in fields and not fields[key].is_required()
                         and fields[key].default is not None)}
 
+    @field_validator("stream_options")
+    @classmethod
+    def _options_of_a_stream(cls, value: StreamOptions | None, info: ValidationInfo) -> StreamOptions | None:
+        if value is not None and not info.data.get("stream"):  # OpenAI's API and vLLM refuse it too
+            raise ValueError("stream_options is only allowed with stream: true")
+        return value
+
     @field_validator(*CONTROLS, mode="before")
     @classmethod
     def _control(cls, value: Any, info: ValidationInfo) -> Any:
@@ -248,6 +255,14 @@ class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
+    tool_calls: list[Any] | None = None
+
+    @field_validator("tool_calls")
+    @classmethod
+    def _no_tool_calls(cls, value: list[Any] | None) -> list[Any] | None:
+        if value:  # the chat template renders content only: the calls would be dropped unseen
+            raise ValueError("tool calls are not supported: this server has no tool-call parser")
+        return value
 
     def text(self) -> str:
         """The content as one string."""
@@ -266,6 +281,17 @@ class ChatCompletionRequest(SamplingFields):
     logprobs: StrictBool | None = None
     top_logprobs: int | None = None  # alternatives per token (0..20), with `logprobs: true`
     add_generation_prompt: StrictBool = True
+    tools: list[Any] | None = None
+    # OpenAI's default is "auto" when tools are given; checked even when absent
+    tool_choice: str | dict[str, Any] | None = Field(default=None, validate_default=True)
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _answers_without_tools(cls, value: Any, info: ValidationInfo) -> Any:
+        if value == "none" or (value is None and not info.data.get("tools")):
+            return value
+        raise ValueError("this server makes no tool calls (no tool-call parser): send tool_choice \"none\" "
+                         "to answer without the tools, or no tools")
 
     @field_validator("max_completion_tokens", mode="before")
     @classmethod
