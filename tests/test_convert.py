@@ -116,6 +116,14 @@ def test_convert_refuses_a_destination_that_holds_files(tmp_path):
     assert (convert(src, tmp_path / "empty") / "config.json").is_file()
 
 
+def test_a_source_config_that_is_not_json_is_named(tmp_path):
+    src = make_hf_checkpoint(tmp_path / "src", family="qwen3", tokenizer=True, vocab_size=260)
+    (src / "config.json").write_text("{model_type: qwen3")
+    with pytest.raises(ConvertError, match=rf"{src / 'config.json'}: not a JSON file \(Expecting property name"):
+        convert(src, tmp_path / "dst")
+    assert not (tmp_path / "dst").exists()
+
+
 def test_convert_of_the_shipped_model_prints_only_its_result(tmp_path):
     """As a process, so the CLI's own logging setup is what prints (or not)."""
     repo = Path(__file__).resolve().parents[1]

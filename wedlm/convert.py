@@ -107,9 +107,12 @@ def convert(src: str | Path, dst: str | Path, mask_token_id: int | None = None,
     if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
         # a checkpoint written among older files (a stale shard index, other weights) would not load
         raise ConvertError(f"{dst}: the destination exists and is not an empty folder; give a new or empty one")
-    raw = json.loads((src / "config.json").read_text()) if (src / "config.json").is_file() else None
-    if raw is None:
+    if not (src / "config.json").is_file():
         raise FileNotFoundError(f"{src}: no config.json")
+    try:
+        raw = json.loads((src / "config.json").read_text())
+    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
+        raise ConvertError(f"{src / 'config.json'}: not a JSON file ({err})") from None
     family = raw.get("model_type")
     if family not in CONVERTIBLE:
         raise ConvertError(f"{src}: model_type {family!r} cannot be converted (expected one of {CONVERTIBLE})")

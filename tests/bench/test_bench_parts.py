@@ -92,6 +92,21 @@ def test_targets_pick_the_fastest_accurate_setting():
     assert arith["system"] == "wedlm t=0.4 l=0.02" and arith["value"] == 2.0 and not arith["met"]
     assert got["counting: streaming vs blockwise at tau=0.9 (tok/s)"]["value"] == 2.0
     assert got["counting: verified vs ar wall clock, identical output"]["met"]
+    assert all(t["why"] is None for t in got.values())
+
+
+def test_a_target_without_a_value_says_why():
+    """A `wedlm` setting counts only within 2 points of `ar`'s accuracy: with none, the target
+    has no value, and the report says so instead of a bare dash."""
+    result = {"config": {"lambdas": [0.02]}, "results": [
+        _row("counting", "wedlm t=0.9 l=0.02", "wedlm", 0.9, wall_speedup_vs_ar=6.5, accuracy=0.5),
+        _row("counting", "ar", "ar", None, accuracy=0.9),
+    ]}
+    got = {t["claim"]: t for t in targets(result)}
+    counting = got["counting: wall clock vs ar"]
+    assert counting["value"] is None and not counting["met"]
+    assert counting["why"] == "no `wedlm` setting within 2 points of `ar`'s accuracy (or no such rows)"
+    assert got["counting: verified vs ar wall clock, identical output"]["why"] == "the run has no such row"
 
 
 def test_cli_quick_defaults():

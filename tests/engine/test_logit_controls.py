@@ -139,6 +139,16 @@ def test_validation_names_field_and_limit(field, value, limit):
     assert field in str(err.value) and limit in str(err.value)
 
 
+def test_a_stop_token_id_outside_the_vocabulary_is_refused(llm, prompt):
+    """No step can emit it, so the stop it asks for would never match."""
+    vocab = llm.engine.model.config.vocab_size
+    with pytest.raises(RequestError) as err:
+        llm.add_request(list(prompt), SamplingParams(stop_token_ids=[2, vocab]))
+    assert err.value.param == "stop_token_ids" and str(err.value) == \
+        f"stop_token_ids must be < vocab_size={vocab}, got {vocab}"
+    assert not llm.has_unfinished()
+
+
 def test_logit_bias_outside_the_vocabulary_is_refused(llm, prompt):
     with pytest.raises(RequestError) as err:
         llm.add_request(list(prompt), SamplingParams(logit_bias={4096: 1.0}))

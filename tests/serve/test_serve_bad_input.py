@@ -80,6 +80,8 @@ CASES = [
     ("too many stop strings", CHAT, chat(stop=["a", "b", "c", "d", "e"]), "stop"),
     ("logprobs above 20", COMPLETIONS, completion(logprobs=21), "logprobs"),
     ("top_logprobs without logprobs", CHAT, chat(top_logprobs=2), "top_logprobs"),
+    ("best_of above n", COMPLETIONS, completion(best_of=3), "best_of"),
+    ("boolean best_of", COMPLETIONS, completion(best_of=True), "best_of"),
     ("stream_options without stream", CHAT, chat(stream_options={"include_usage": True}), "stream_options"),
     # no tool-call parser: a request that expects calls, or sends them, is refused rather than answered as text
     ("tools with OpenAI's default tool_choice", CHAT, chat(tools=[TOOL]), "tool_choice"),

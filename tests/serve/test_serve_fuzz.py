@@ -185,3 +185,11 @@ def test_get_routes_ignore_bodies_and_queries(shipped_server, path):
         assert r.status_code == 200, r.text[:200]
         assert client.post(path, content=raw, headers={"Content-Type": "application/json"}).status_code in (404, 405)
     assert_idle(client, server)
+
+
+def test_health_answers_head_as_load_balancers_probe_it(shipped_server):
+    client, server = shipped_server
+    head, get = client.head("/health"), client.get("/health")
+    assert head.status_code == get.status_code == 200 and head.content == b""
+    assert head.headers["content-length"] == get.headers["content-length"]
+    assert_idle(client, server)

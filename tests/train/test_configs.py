@@ -75,3 +75,14 @@ def test_out_of_range_value_names_the_field_and_its_range(key, value, match):
 def test_zero_warmup_and_ar_weight_and_unset_limits_are_valid():
     cfg = _cfg(warmup_steps=0, ar_weight=0, min_lr=0, weight_decay=0, max_minutes=None, data_limit=None)
     assert (cfg.warmup_steps, cfg.ar_weight, cfg.min_lr, cfg.max_minutes) == (0, 0.0, 0.0, None)
+
+
+def test_unknown_and_missing_keys_are_named(tmp_path):
+    path = tmp_path / "stage.yaml"
+    path.write_text("stage: wedlm\ndata: d.jsonl\nlearning_rat: 0.1\n")
+    with pytest.raises(ValueError, match=r"unknown config key\(s\) \['learning_rat'\]"):
+        TrainConfig.from_yaml(path)
+    path.write_text("stage: wedlm\ndata: d.jsonl\n")
+    with pytest.raises(ValueError, match=r"missing config key\(s\) \['tokenizer', 'out_dir'\] \(or --set KEY=VALUE\)"):
+        TrainConfig.from_yaml(path)
+    assert TrainConfig.from_yaml(path, {"tokenizer": "t", "out_dir": "o", "init": "i"}).out_dir == "o"

@@ -245,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
     paths = write_report(result, args.out_dir, plots=not args.no_plots)
     print(f"machine: {result['machine_line']}")
     for t in targets(result):
-        value = "-" if t["value"] is None else f"{t['value']:.2f}x"
+        value = f"- ({t['why']})" if t["value"] is None else f"{t['value']:.2f}x"
         print(f"  [{'met' if t['met'] else 'not met'}] {t['claim']}: {value} (target {t['target']:g}x, {t['system']})")
     for kind, path in paths.items():
         print(f"{kind}: {path}")

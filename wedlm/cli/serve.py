@@ -216,13 +216,13 @@ def run_single(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"wedlm serve: error: {err}", file=sys.stderr)
         return 2
-    if access.api_key is None and not is_loopback(args.host):
-        logging.getLogger(__name__).warning("serving on %s without an API key (--api-key or $%s)",
-                                            args.host, API_KEY_ENV)
     problem = bind_problem(args.host, args.port)
     if problem:
         print(f"wedlm serve: error: {problem}", file=sys.stderr)
         return 2
+    if access.api_key is None and not is_loopback(args.host):
+        logging.getLogger(__name__).warning("serving on %s without an API key (--api-key or $%s)",
+                                            args.host, API_KEY_ENV)
     llm = load_llm(args, "serve")
     if llm is None:
         return 2

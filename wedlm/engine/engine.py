@@ -185,6 +185,9 @@ class Engine:
         bad = [t for t in params.logit_bias or {} if t >= vocab]
         if bad:
             raise RequestError("logit_bias", f"logit_bias token ids must be < vocab_size={vocab}, got {bad[0]}")
+        bad = [t for t in params.stop_token_ids or () if t >= vocab]
+        if bad:  # an id no step can emit: the stop would never match
+            raise RequestError("stop_token_ids", f"stop_token_ids must be < vocab_size={vocab}, got {bad[0]}")
         if params.prompt_logprobs is not None and self.config.tensor_parallel_size > 1:
             raise RequestError("prompt_logprobs", "prompt_logprobs needs the whole model in this process; "
                                                   "run with tensor_parallel_size=1")

@@ -425,7 +425,7 @@ def add_routes(app: FastAPI, server: Server) -> None:
     async def model(model_id: str) -> dict[str, Any]:
         return server.model_card(model_id)
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])  # HEAD: load balancers' and curl -I's probe
     async def health() -> JSONResponse:
         return server.health()
 

@@ -205,6 +205,8 @@ class CompletionRequest(SamplingFields):
     echo: StrictBool = False
     logprobs: int | None = None  # legacy: the k most likely alternatives of every token, 0..20
     suffix: str | None = None
+    # OpenAI's legacy server-side ranking of best_of answers; 1 (or n) asks for none
+    best_of: int | None = None
 
     @field_validator("logprobs", mode="before")
     @classmethod
@@ -216,6 +218,13 @@ class CompletionRequest(SamplingFields):
     def _unsupported(cls, value: Any) -> Any:
         if value:
             raise ValueError("is not supported by this server")
+        return value
+
+    @field_validator("best_of", mode="before")
+    @classmethod
+    def _best_of(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is not None and (isinstance(value, bool) or value not in (1, info.data.get("n", 1))):
+            raise ValueError("best_of other than 1 or n is not supported by this server (no answer ranking); use n")
         return value
 
     def logprob_kwargs(self) -> dict[str, Any]:

@@ -9,7 +9,7 @@ the current directory, so the recipe runs from the repository root.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -174,7 +174,7 @@ class TrainConfig:
         """Read a YAML mapping; `overrides` (e.g. from `--set key=value`) win.
 
         Raises:
-            ValueError: unknown keys (named) or invalid values.
+            ValueError: unknown or missing keys (named) or invalid values.
         """
         raw = yaml.safe_load(Path(path).read_text()) or {}
         raw.update(overrides or {})
@@ -182,4 +182,8 @@ class TrainConfig:
         unknown = sorted(set(raw) - known)
         if unknown:
             raise ValueError(f"{path}: unknown config key(s) {unknown}")
+        required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
+        missing = [name for name in required if name not in raw]
+        if missing:
+            raise ValueError(f"{path}: missing config key(s) {missing} (or --set KEY=VALUE)")
         return cls(**raw)
