@@ -475,28 +475,13 @@ def test_one_sequences_logits_are_the_same_with_its_tokens_unpadded(compiled_llm
     (`StepShape.of(..., exact=True)`): every real row's logits equal, bit for bit, those of the
     same window padded to its token bucket, since each row is computed alone in those kernels."""
     import torch
-
-    from wedlm.engine import runner as runner_module
-    from wedlm.engine.buckets import StepShape, bucket
-    from wedlm.engine.runner import ForwardItem
+    from engine_test_util import window_logits_unpadded_and_padded
 
     runner = compiled_llm.engine.runner
     if not runner.panel_weights:
         pytest.skip("the engine's C++ operators did not load: tokens stay in buckets")
-    table = list(range(40))
     for n, ctx in [(3, 70), (5, 0), (6, 33), (12, 90)]:
-        item = ForwardItem([(7 * j) % 50 + 4 for j in range(n)], list(range(ctx, ctx + n)), table, ctx,
-                           list(range(n - 1)))
-        exact = runner.prepare([item])
-        assert exact.input_ids.shape[0] == n
-        got = runner.execute([item], exact)[0].logits.clone()
-        with monkeypatch.context() as m:
-            m.setattr(runner_module.StepShape, "of", classmethod(
-                lambda cls, tokens, batch, queries, keys, rows, exact=False:
-                StepShape(bucket(tokens), 1, bucket(tokens), max(keys, 2), max(rows, 2))))
-            padded = runner.prepare([item])
-            assert padded.input_ids.shape[0] == bucket(n) > n
-            want = runner.execute([item], padded)[0].logits.clone()
+        got, want = window_logits_unpadded_and_padded(runner, monkeypatch, n, ctx)
         assert got.shape == want.shape == (n - 1, got.shape[1]) and torch.equal(got, want)
 
 

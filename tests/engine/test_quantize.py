@@ -175,10 +175,9 @@ def test_an_int8_window_runs_unpadded_with_the_same_logits(int8_units, monkeypat
     its int8 products are exact integer sums (`torch._int_mm`, or float32 sums of int8 values where
     the CPU has no int8 units) and the engine's attention reads each query's keys alone, so every
     real row's logits equal, bit for bit, those of the same window padded."""
+    from engine_test_util import window_logits_unpadded_and_padded
+
     from wedlm.engine import quantize
-    from wedlm.engine import runner as runner_module
-    from wedlm.engine.buckets import StepShape, bucket
-    from wedlm.engine.runner import ForwardItem
 
     monkeypatch.setattr(quantize, "cpu_has_int8_units", lambda: int8_units)
     runner = LLM(str(MODEL), device="cpu", quantization="int8", enforce_eager=False).engine.runner
@@ -186,20 +185,8 @@ def test_an_int8_window_runs_unpadded_with_the_same_logits(int8_units, monkeypat
         pytest.skip("the engine's C++ operators did not load: tokens stay in buckets")
     assert runner.rows_alone and not runner.panel_weights
     assert all((m.fweight_t is None) is int8_units for m in runner.model.modules() if isinstance(m, Int8Linear))
-    table = list(range(40))
     for n, ctx in [(3, 70), (6, 33), (12, 90)]:
-        item = ForwardItem([(7 * j) % 50 + 4 for j in range(n)], list(range(ctx, ctx + n)), table, ctx,
-                           list(range(n - 1)))
-        exact = runner.prepare([item])
-        assert exact.input_ids.shape[0] == n
-        got = runner.execute([item], exact)[0].logits.clone()
-        with monkeypatch.context() as m:
-            m.setattr(runner_module.StepShape, "of", classmethod(
-                lambda cls, tokens, batch, queries, keys, rows, exact=False:
-                StepShape(bucket(tokens), 1, bucket(tokens), max(keys, 2), max(rows, 2))))
-            padded = runner.prepare([item])
-            assert padded.input_ids.shape[0] == bucket(n) > n
-            want = runner.execute([item], padded)[0].logits.clone()
+        got, want = window_logits_unpadded_and_padded(runner, monkeypatch, n, ctx)
         assert got.shape == want.shape == (n - 1, 4096) and torch.equal(got, want)
 
 
