@@ -176,7 +176,10 @@ class LLM:
             raise RuntimeError("warm_up() needs an idle engine: requests are unfinished")
         start = time.perf_counter()
         params = SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True, decoding="ar")
-        for prompts in (["Hello"], ["Hello", "Hello there, how are you?"]):
+        # token ids, not text (a model may come without a tokenizer); prompts of 3 and 9 tokens, as a
+        # size of 1 would compile a graph specialised to it
+        ids = [i for i in range(4, 16) if i != self.engine.mask_token_id]
+        for prompts in ([ids[:3]], [ids[:3], ids[:9]]):
             self.generate(prompts, params)
         self.reset_prefix_cache()
         seconds = time.perf_counter() - start
