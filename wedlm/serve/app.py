@@ -276,11 +276,9 @@ class Server:
 
         Raises:
             APIError: 404 (code `model_not_found`, param `model`) when `model_id` is not the
-                served model's name.
+                served model's name (`check_model`).
         """
-        if model_id is not None and model_id != self.model_name:
-            raise APIError(f"The model '{model_id}' does not exist; this server serves '{self.model_name}'",
-                           param="model", status=404, code="model_not_found")
+        self.check_model(model_id)
         return {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "wedlm",
                 "root": str(getattr(self.llm, "model_path", self.model_name)),
                 "max_model_len": self.prompts.max_model_len,
