@@ -83,6 +83,13 @@ def test_version_prints_the_package_version(capsys):
     (["bench", "--quick", "--out-dir", "{tmp}/afile"], "--out-dir {tmp}/afile: is a file; expected a folder"),
     (["bench", "--quick", "--out-dir", "{tmp}/afile/deeper"],
      "--out-dir {tmp}/afile/deeper: {tmp}/afile is a file, so no folder can be made there"),
+    # a folder that cannot be made (/proc takes none, even from root)
+    pytest.param(["bench", "--quick", "--out-dir", "/proc/wedlm-out"],
+                 "--out-dir /proc/wedlm-out: cannot write there (No such file or directory)",
+                 marks=pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc (Linux)")),
+    pytest.param(["eval", "--tasks", "count", "--out", "/proc/wedlm-out/r.json"],
+                 "--out /proc/wedlm-out/r.json: cannot write there (No such file or directory)",
+                 marks=pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc (Linux)")),
 ])
 def test_unwritable_output_exits_2_before_the_run(argv, words, capsys, tmp_path, monkeypatch):
     """The results of a long run must not be lost to a traceback at the end."""
@@ -93,7 +100,7 @@ def test_unwritable_output_exits_2_before_the_run(argv, words, capsys, tmp_path,
     monkeypatch.setattr("wedlm.bench.runner.run_bench", no_run)
     (tmp_path / "afile").write_text("not a folder")
     code, out, err = run_main([a.replace("{tmp}", str(tmp_path)) for a in argv], capsys)
-    assert code == 2 and "Traceback" not in err
+    assert code == 2 and not out and "Traceback" not in err
     assert f"wedlm {argv[0]}: error: " + words.replace("{tmp}", str(tmp_path)) in err
 
 
@@ -200,16 +207,6 @@ def test_train_refuses_bad_inputs_and_outputs_before_it_starts(setting, why, cap
                               + [x for a in sets for x in ("--set", a)], capsys)
     assert code == 2 and not out and "Traceback" not in err
     assert why.replace("{tmp}", str(tmp_path)) in err
-
-
-@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc (Linux): a folder no one can write in")
-@pytest.mark.parametrize("argv, flag", [(["bench", "--quick", "--out-dir", "/proc/wedlm-out"], "--out-dir /proc/wedlm-out"),
-                                        (["eval", "--tasks", "count", "--out", "/proc/wedlm-out/r.json"],
-                                         "--out /proc/wedlm-out/r.json")])
-def test_an_unwritable_output_is_refused_before_the_run(argv, flag, capsys):
-    code, out, err = run_main(argv, capsys)
-    assert code == 2 and not out and "Traceback" not in err
-    assert f"{flag}: cannot write there (No such file or directory)" in err
 
 
 @pytest.mark.parametrize("argv, why", [
